@@ -1,0 +1,39 @@
+# Two entry points for newcomers: `make figures` (main job, CPU) and `make test`.
+# Both create .venv in the repo root and install what they need, idempotently.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch is installed first (see DEVELOPERS.md); the package itself asks for a range.
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: all install figures test test-fast clean-venv theory-check
+
+all: figures
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[test,math,reasoning]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+figures: $(STAMP)
+	$(BIN)/vsr figures --out figures
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+
+theory-check: $(STAMP)
+	$(BIN)/vsr theory check --cases 200
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""llm_harness package (see DEVELOPERS.md layout)."""

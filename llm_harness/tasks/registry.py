@@ -1,0 +1,60 @@
+"""Registry of tasks by name: ``get_task("step_arith", **params)`` (SPEC §3.6).
+
+Each entry is a factory ``(**params) -> Task``; duplicates are rejected, unknown names raise
+ValueError listing the known ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, TypeVar
+
+from llm_harness.tasks.base import Task
+
+__all__ = ["TASK_REGISTRY", "available_tasks", "build_config", "get_task", "register_task"]
+
+TaskFactory = Callable[..., Task]
+F = TypeVar("F", bound=TaskFactory)
+
+#: name -> factory taking keyword parameters and returning a :class:`Task`.
+TASK_REGISTRY: dict[str, TaskFactory] = {}
+
+
+def register_task(name: str) -> Callable[[F], F]:
+    """Decorator registering ``factory`` under ``name`` (a second registration raises)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name: must be a non-empty string, got {name!r}")
+
+    def deco(factory: F) -> F:
+        if name in TASK_REGISTRY:
+            raise ValueError(f"name: task {name!r} is already registered")
+        TASK_REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def available_tasks() -> tuple[str, ...]:
+    """Registered task names, sorted."""
+    return tuple(sorted(TASK_REGISTRY))
+
+
+def get_task(name: str, **params: Any) -> Task:
+    """Build the task registered as ``name`` with keyword ``params``."""
+    try:
+        factory = TASK_REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"name: unknown task {name!r}; known tasks: {', '.join(available_tasks())}") from None
+    return factory(**params)
+
+
+C = TypeVar("C")
+
+
+def build_config(cls: type[C], params: Mapping[str, Any]) -> C:
+    """``cls(**params)`` for a dataclass config, with a ValueError naming unknown fields."""
+    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"params: unknown parameter(s) {', '.join(unknown)} for {cls.__name__}; known: {', '.join(known)}")
+    return cls(**params)

@@ -1,0 +1,1 @@
+"""prefixvalue package (see DEVELOPERS.md layout)."""

@@ -1,0 +1,101 @@
+"""Tiny models and backend factories for the backend tests (no downloads, fp32, eval mode)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from llm_harness.backends import HFBackend, HFBackendConfig
+
+
+def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128, eos_token_id: int | None = None,
+               hidden_size: int = 32):
+    """A random Qwen2 causal LM built from a config (a few thousand parameters)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        eos_token_id=eos_token_id,
+        pad_token_id=None,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    model = Qwen2ForCausalLM(cfg).eval()
+    # random init of a tiny model gives near-uniform outputs; sharpen the head so distributions vary
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return model
+
+
+def tiny_gpt2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128):
+    """A random GPT-2 (learned *absolute* position embeddings: padding offsets would show)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=max_positions,
+                     bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+        model.transformer.wpe.weight.mul_(20.0)  # make positions matter
+    return model
+
+
+def successor_model(vocab_size: int = 16, *, sharpness: float = 3.0):
+    """A Qwen2 model whose next token is ``(last token + 1) mod V`` with probability ~1 - 1e-6.
+
+    Every attention and MLP block writes zero into the residual stream, embeddings are one-hot and
+    the head maps token v to logit peak at v + 1: the output depends only on the last input token,
+    which makes "the model saw the prefix" checkable token by token.
+    """
+    hidden = 32
+    assert vocab_size <= hidden
+    model = tiny_qwen2(vocab_size, hidden_size=hidden, max_positions=64)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb = torch.zeros(vocab_size, hidden)
+        emb[torch.arange(vocab_size), torch.arange(vocab_size)] = 1.0
+        model.model.embed_tokens.weight.copy_(emb)
+        head = torch.zeros(vocab_size, hidden)
+        head[(torch.arange(vocab_size) + 1) % vocab_size, torch.arange(vocab_size)] = sharpness
+        model.lm_head.weight.copy_(head)
+    return model
+
+
+#: Device of the HF backend under test: ``VSR_TEST_DEVICE=cuda`` runs the contract on a GPU.
+TEST_DEVICE = os.environ.get("VSR_TEST_DEVICE", "cpu")
+
+
+def _make_hf(model, tmp_path, **cfg):
+    if TEST_DEVICE != "cpu" and not torch.cuda.is_available():
+        pytest.skip(f"VSR_TEST_DEVICE={TEST_DEVICE} but CUDA is not available")
+    cfg.setdefault("pad_token_id", 0)  # the tiny models define neither pad nor EOS
+    return HFBackend(model.to(TEST_DEVICE), config=HFBackendConfig(**cfg))
+
+
+def _make_vllm(model, tmp_path, **cfg):
+    pytest.importorskip("vllm")
+    if not torch.cuda.is_available():
+        pytest.skip("the vLLM backend needs a CUDA device")
+    from llm_harness.backends import VLLMBackend, VLLMBackendConfig
+
+    path = tmp_path / "model"
+    model.save_pretrained(path)
+    cfg.setdefault("pad_token_id", 0)
+    scorer = HFBackend(model.to("cuda"), config=HFBackendConfig(**cfg))
+    vcfg = VLLMBackendConfig(model=str(path), dtype="float32", enforce_eager=True, gpu_memory_utilization=0.15)
+    return VLLMBackend.from_config(vcfg, scorer=scorer)
+
+
+FACTORIES = {"hf": _make_hf, "vllm": _make_vllm}

@@ -1,0 +1,5 @@
+"""Exact formulas and theorem checks for VSR, rollout replay and ExTra (SPEC section 1).
+
+Every function is pure, takes explicit finite arrays, validates them, and cites the
+paper's equation or lemma in its docstring.
+"""

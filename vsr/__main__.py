@@ -1,0 +1,5 @@
+import sys
+
+from vsr.cli import main
+
+sys.exit(main())

@@ -1,0 +1,52 @@
+"""``vsr figures`` (what ``make figures`` runs): regenerate every figure of the project on CPU.
+
+Each entry of :data:`FIGURES` is a ``module:function`` taking ``(out_dir: Path, quick: bool)``
+and writing its files (PNG + PDF + the CSV/JSON of every plotted number) under ``out_dir``.
+Later packages add their rows here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: name -> (target, one-line description)
+FIGURES: dict[str, tuple[str, str]] = {
+    "theory": ("theory.report:make_theory_figure", "every theorem check of SPEC section 1 (table + error plot)"),
+}
+
+
+@dataclass(frozen=True)
+class FiguresConfig:
+    """Options of ``vsr figures``."""
+
+    out: Path = Path("figures")
+    """Folder that receives one sub-folder per figure."""
+    only: tuple[str, ...] = ()
+    """Regenerate only these figures (names of FIGURES)."""
+    quick: bool = False
+    """Smaller sizes (used by the smoke tests)."""
+
+
+def run_figures(cfg: FiguresConfig) -> int:
+    names = list(FIGURES) if not cfg.only else list(cfg.only)
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise SystemExit(f"vsr figures: unknown figure(s) {unknown}; known: {sorted(FIGURES)}")
+    failures = 0
+    for i, name in enumerate(names, 1):
+        target, desc = FIGURES[name]
+        print(f"[{i}/{len(names)}] {name}: {desc}", flush=True)
+        mod, fn = target.split(":")
+        t0 = time.perf_counter()
+        rc = getattr(importlib.import_module(mod), fn)(cfg.out / name, cfg.quick)
+        dt = time.perf_counter() - t0
+        status = "ok" if not rc else f"FAILED (exit {rc})"
+        failures += bool(rc)
+        print(f"    -> {cfg.out / name} [{status}, {dt:.1f} s]", flush=True)
+    if failures:
+        print(f"{failures} figure job(s) failed", file=sys.stderr)
+    return 1 if failures else 0
