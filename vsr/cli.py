@@ -34,6 +34,9 @@ COMMANDS: dict[str, CommandSpec] = {
         "theory.cli:check", "Run every identity and inequality of SPEC section 1 on random instances."
     ),
     "figures": CommandSpec("vsr.figures:run_figures", "Regenerate every figure of the project (the main job)."),
+    "bench generation": CommandSpec(
+        "benchmarks.generation:run", "HF backend tokens/s vs model.generate, and the cost of exact entropies."
+    ),
 }
 
 

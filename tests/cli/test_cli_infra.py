@@ -1,0 +1,94 @@
+"""The CLI plumbing: config files, atomic writes, the figures driver."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from vsr import atomic
+from vsr.cli import COMMANDS, _config_type, _resolve, main
+from vsr.config_io import from_dict, load_config, save_config, to_dict
+
+
+@dataclass(frozen=True)
+class Inner:
+    lr: float = 1e-3
+    """learning rate"""
+
+
+@dataclass(frozen=True)
+class Outer:
+    name: str = "x"
+    steps: int = 3
+    tags: tuple[str, ...] = ()
+    inner: Inner = field(default_factory=Inner)
+
+
+def test_config_round_trip(tmp_path):
+    cfg = Outer(name="run", steps=7, tags=("a", "b"), inner=Inner(lr=0.5))
+    for suffix in (".yaml", ".json"):
+        path = save_config(cfg, tmp_path / f"cfg{suffix}")
+        assert load_config(Outer, path) == cfg
+    (tmp_path / "c.toml").write_text('name = "t"\n[inner]\nlr = 2.0\n')
+    assert load_config(Outer, tmp_path / "c.toml") == Outer(name="t", inner=Inner(lr=2.0))
+    assert to_dict(cfg)["inner"] == {"lr": 0.5}
+
+
+def test_config_errors_name_the_problem(tmp_path):
+    (tmp_path / "bad.yaml").write_text("name: a\nstepz: 3\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: unknown key\(s\) \['stepz'\]"):
+        load_config(Outer, tmp_path / "bad.yaml")
+    (tmp_path / "nested.yaml").write_text("inner:\n  lr: 1\n  momentum: 2\n")
+    with pytest.raises(ValueError, match=r"nested.yaml.inner: unknown key\(s\) \['momentum'\]"):
+        load_config(Outer, tmp_path / "nested.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="top level .* must be a mapping"):
+        load_config(Outer, tmp_path / "list.yaml")
+    (tmp_path / "x.ini").write_text("")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        load_config(Outer, tmp_path / "x.ini")
+    with pytest.raises(ValueError, match="file not found"):
+        load_config(Outer, tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match="unknown key"):
+        from_dict(Outer, {"nope": 1})
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    target = tmp_path / "r.json"
+    atomic.write_json(target, {"a": 1})
+    with pytest.raises(TypeError):
+        atomic.write_json(target, {"a": object()})
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+    with pytest.raises(ValueError):
+        atomic.write_json(target, {"a": float("nan")})  # NaN is refused, not written
+
+
+def test_every_command_resolves_to_a_dataclass_entry_point():
+    for name, spec in COMMANDS.items():
+        fn = _resolve(spec)
+        assert _config_type(fn) is not None, name
+
+
+def test_config_file_feeds_a_command(tmp_path, capsys):
+    (tmp_path / "tc.yaml").write_text("cases: 2\nseed: 5\nonly: [lemma_b1]\nprogress: false\n")
+    rc = main(["theory", "check", "--config", str(tmp_path / "tc.yaml")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "lemma_b1_trace_variance" in out and "(1 checks x 2 cases)" in out
+    # command-line flags override the file
+    rc = main(["theory", "check", "--config", str(tmp_path / "tc.yaml"), "--cases", "3"])
+    assert rc == 0 and "(1 checks x 3 cases)" in capsys.readouterr().out
+
+
+def test_figures_driver_quick(tmp_path, capsys):
+    rc = main(["figures", "--out", str(tmp_path), "--only", "theory", "--quick"])
+    assert rc == 0
+    for ext in ("png", "pdf", "json", "md"):
+        assert (tmp_path / "theory" / f"theory_check.{ext}").stat().st_size > 0
+    rows = json.loads((tmp_path / "theory" / "theory_check.json").read_text())
+    assert all(r["passed"] for r in rows) and all(r["cases"] == 20 for r in rows)
+    with pytest.raises(SystemExit, match="unknown figure"):
+        main(["figures", "--out", str(tmp_path), "--only", "nope"])
