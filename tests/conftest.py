@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# Before torch is imported anywhere: passive OpenMP waiting keeps torch's idle threads from
+# slowing Numba's parallel regions (see gridworld's benchmark notes).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # "ci": deterministic (derandomized) so CI never flakes; "dev": random exploration, more examples.
 settings.register_profile(

@@ -104,7 +104,8 @@ def kl(p, q) -> np.ndarray:
     check_nonnegative(q, "q")
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p > 0, p * (np.log(np.where(p > 0, p, 1.0)) - np.log(q)), 0.0)
-    return terms.sum(axis=-1)
+    # KL >= 0 (Gibbs); clamp the rounding-level negatives of KL(p || p) ~ -1e-16
+    return np.maximum(terms.sum(axis=-1), 0.0)
 
 
 def mirror_step(pi, Q_hat, eta: float) -> np.ndarray:

@@ -16,6 +16,8 @@ from pathlib import Path
 #: name -> (target, one-line description)
 FIGURES: dict[str, tuple[str, str]] = {
     "theory": ("theory.report:make_theory_figure", "every theorem check of SPEC section 1 (table + error plot)"),
+    "gridworld_figure2": ("gridworld.figures:make_figure2", "VSR Figure 2 on the 7x7 gridworld (exact d, sigma, mu_var; learners)"),
+    "training_curve": ("llm_harness.trainer.figures:make_training_curve_figure", "short GRPO run from the test-bed 'mid' checkpoint"),
 }
 
 
@@ -44,8 +46,9 @@ def run_figures(cfg: FiguresConfig) -> int:
         t0 = time.perf_counter()
         rc = getattr(importlib.import_module(mod), fn)(cfg.out / name, cfg.quick)
         dt = time.perf_counter() - t0
-        status = "ok" if not rc else f"FAILED (exit {rc})"
-        failures += bool(rc)
+        failed = isinstance(rc, int) and not isinstance(rc, bool) and rc != 0  # jobs may return a path
+        status = f"FAILED (exit {rc})" if failed else "ok"
+        failures += failed
         print(f"    -> {cfg.out / name} [{status}, {dt:.1f} s]", flush=True)
     if failures:
         print(f"{failures} figure job(s) failed", file=sys.stderr)

@@ -1,0 +1,1 @@
+"""gridworld package (see DEVELOPERS.md layout)."""

@@ -1,0 +1,380 @@
+"""Exact finite-horizon quantities of a policy on a :class:`~gridworld.mdp.TabularMDP`.
+
+Pipeline ("factor once, reuse"): the MDP's :class:`StateGraph` (policy-independent sparsity of
+``P_π`` and its transpose) is built once and cached on the MDP; :func:`contract` turns a policy
+into a :class:`PolicyKernel` (``P_π`` per stage, plus ``P_π^T``); one forward sweep gives the
+stage occupancies ``d[t, s]``, one backward sweep the continuation success ``p[t, s]``, both
+from the same kernel.  :func:`solve` bundles everything in an :class:`ExactSolution`.
+
+Formulas (SPEC §0, §1.1, §2; VSR eq. (2), (9), §2.3; App. C.1):
+
+* ``d[t+1, s'] = Σ_s d[t, s] P_π_t(s' | s)`` on non-terminal ``s'``; inflow to terminals ends
+  the episode (``absorbed``), ``Σ_s d[t, s] + absorbed[t] = 1``;
+* ``p[t, s] = Σ_s' P_π_t(s' | s) p[t+1, s']``, ``p[H, s] = 0``, ``p[t, g] = reward(g)``;
+* ``Q[t, s, a] = Σ_s' P(s' | s, a) p[t+1, s']``, ``A = Q - p``; on a terminal state ``Q`` is
+  its reward and ``A = 0`` (terminal rows of the transition table are never used);
+* ``J(π) = Σ_s init(s) p[0, s]`` = ``reached[H]`` of the forward sweep;
+* on the time-augmented space ``(t, s)``, ``t < H``: ``d^π(t, s) = d[t, s] / Σ d[:H]``,
+  ``σ = sqrt(p(1-p))``, ``μ_var ∝ d σ``, ``μ_ε = (1-ε) μ_var + ε d^π``.
+
+Backends are registry entries with one signature (:data:`BACKENDS`): ``numba_parallel``
+(default), ``numba_serial``, ``numpy`` (reference) and ``scipy``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gridworld import kernels as K
+from gridworld.mdp import TabularMDP
+from gridworld.policies import as_policy
+from theory._validate import as_array, check_probability, check_simplex
+
+# =============================================================================================
+# Structure
+# =============================================================================================
+
+
+@dataclass(frozen=True, eq=False)
+class StateGraph:
+    """Sparsity of ``P_π`` (union over actions, columns sorted) and of its transpose."""
+
+    indptr: np.ndarray
+    """``int32[S+1]``: row pointers of ``P_π``."""
+    indices: np.ndarray
+    """``int32[nnz]``: successor states (sorted within each row)."""
+    pos: np.ndarray
+    """``int32[mdp.nnz]``: position in ``indices`` of each pair-CSR entry."""
+    t_indptr: np.ndarray
+    """``int32[S+1]``: row pointers of ``P_π^T``."""
+    t_indices: np.ndarray
+    """``int32[nnz]``: predecessor states (sorted within each row)."""
+    t_perm: np.ndarray
+    """``int32[nnz]``: ``P_π^T`` values are ``data[t_perm]``."""
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.size)
+
+
+def build_state_graph(mdp: TabularMDP, *, impl: str = "numba_serial") -> StateGraph:
+    """Build the :class:`StateGraph` of ``mdp`` (``impl`` in ``numba_serial``, ``numpy``)."""
+    fns = {
+        "numba_serial": (K.graph_structure_serial, K.transpose_structure_serial),
+        "numpy": (K.graph_structure_numpy, K.transpose_structure_numpy),
+    }
+    if impl not in fns:
+        raise ValueError(f"impl: unknown state-graph implementation {impl!r}; choose one of {sorted(fns)}")
+    structure, transpose = fns[impl]
+    c_indptr, c_indices, pos = structure(mdp.indptr, mdp.indices, mdp.n_states, mdp.n_actions)
+    t_indptr, t_indices, t_perm = transpose(c_indptr, c_indices, mdp.n_states)
+    arrays = dict(indptr=c_indptr, indices=c_indices, pos=pos, t_indptr=t_indptr, t_indices=t_indices, t_perm=t_perm)
+    for a in arrays.values():
+        a.setflags(write=False)
+    return StateGraph(**arrays)
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyKernel:
+    """``P_π`` of one policy on the MDP's :class:`StateGraph`: the factor every sweep reuses."""
+
+    graph: StateGraph
+    """Shared sparsity (from ``mdp.graph``)."""
+    data: np.ndarray
+    """``float64[n_pi, nnz]``: ``P_π_t`` values; ``n_pi`` = 1 (stationary) or ``H``."""
+    t_data: np.ndarray
+    """``float64[n_pi, nnz]``: ``P_π_t^T`` values on the transposed structure."""
+
+    @property
+    def n_stages(self) -> int:
+        """``n_pi``: number of distinct policy stages stored."""
+        return int(self.data.shape[0])
+
+    def matrix(self, t: int = 0):
+        """``scipy.sparse.csr_matrix`` ``P_π_t[s, s']`` (stage ``t``; shares the arrays)."""
+        import scipy.sparse as sp
+
+        g = self.graph
+        S = g.indptr.size - 1
+        return sp.csr_matrix((self.data[min(t, self.n_stages - 1)], g.indices, g.indptr), shape=(S, S), copy=False)
+
+    def matrix_T(self, t: int = 0):
+        """``scipy.sparse.csr_matrix`` of ``P_π_t^T`` (stage ``t``; shares the arrays)."""
+        import scipy.sparse as sp
+
+        g = self.graph
+        S = g.indptr.size - 1
+        return sp.csr_matrix((self.t_data[min(t, self.n_stages - 1)], g.t_indices, g.t_indptr), shape=(S, S), copy=False)
+
+
+# =============================================================================================
+# Backend registry
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class ExactBackend:
+    """One implementation of every exact kernel, with uniform signatures.
+
+    * ``contract(mdp, pi3) -> data[n_pi, nnz]``
+    * ``forward(kernel, init, term_idx, term_rew, H) -> (d[H+1, S], absorbed[H+1], reached[H+1])``
+    * ``backward(kernel, term_idx, term_rew, H) -> p[H+1, S]``
+    * ``pair_backup(mdp, p) -> q[H, S*A]``
+    * ``vsr(d, p, eps) -> (dvis, sigma, mu_var, mu_eps, z_d, z_mu)``
+    """
+
+    name: str
+    contract: Callable
+    forward: Callable
+    backward: Callable
+    pair_backup: Callable
+    vsr: Callable
+    description: str = ""
+
+
+#: name -> :class:`ExactBackend`; add entries with :func:`register_backend`.
+BACKENDS: dict[str, ExactBackend] = {}
+
+
+def register_backend(backend: ExactBackend) -> ExactBackend:
+    """Add ``backend`` to :data:`BACKENDS` (duplicate names are rejected)."""
+    if backend.name in BACKENDS:
+        raise ValueError(f"backend: {backend.name!r} is already registered")
+    BACKENDS[backend.name] = backend
+    return backend
+
+
+def get_backend(name: str) -> ExactBackend:
+    """Look up a backend by name (``ValueError`` listing the choices if unknown)."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"backend: unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+
+
+def _numba_backend(name: str, parallel: bool) -> ExactBackend:
+    contract_fn = K.contract_values_parallel if parallel else K.contract_values_serial
+    fwd = K.forward_sweep_parallel if parallel else K.forward_sweep_serial
+    bwd = K.backward_sweep_parallel if parallel else K.backward_sweep_serial
+    pb = K.pair_backup_parallel if parallel else K.pair_backup_serial
+    vsr = K.vsr_fields_parallel if parallel else K.vsr_fields_serial
+    g = lambda mdp: mdp.graph  # noqa: E731
+    return ExactBackend(
+        name=name,
+        contract=lambda mdp, pi3: contract_fn(mdp.indptr, mdp.probs, g(mdp).pos, g(mdp).indptr, pi3),
+        forward=lambda k, init, ti, tr, H: fwd(k.graph.t_indptr, k.graph.t_indices, k.t_data, init, ti, tr, H),
+        backward=lambda k, ti, tr, H: bwd(k.graph.indptr, k.graph.indices, k.data, ti, tr, H),
+        pair_backup=lambda mdp, p: pb(mdp.indptr, mdp.indices, mdp.probs, p),
+        vsr=lambda d, p, eps: vsr(d, p, float(eps)),
+        description=f"Numba @njit{'(parallel=True), prange over rows' if parallel else ', serial'}",
+    )
+
+
+register_backend(_numba_backend("numba_parallel", True))
+register_backend(_numba_backend("numba_serial", False))
+register_backend(
+    ExactBackend(
+        name="numpy",
+        contract=lambda mdp, pi3: K.contract_values_numpy(mdp.indptr, mdp.probs, mdp.graph.pos, mdp.graph.indptr, pi3),
+        forward=lambda k, init, ti, tr, H: K.forward_sweep_numpy(k.graph.t_indptr, k.graph.t_indices, k.t_data, init, ti, tr, H),
+        backward=lambda k, ti, tr, H: K.backward_sweep_numpy(k.graph.indptr, k.graph.indices, k.data, ti, tr, H),
+        pair_backup=lambda mdp, p: K.pair_backup_numpy(mdp.indptr, mdp.indices, mdp.probs, p),
+        vsr=K.vsr_fields_numpy,
+        description="pure NumPy reference (gather + np.add.reduceat)",
+    )
+)
+register_backend(
+    ExactBackend(
+        name="scipy",
+        contract=lambda mdp, pi3: K.contract_values_scipy(
+            mdp.indptr, mdp.indices, mdp.probs, mdp.graph.indptr, mdp.graph.indices, pi3
+        ),
+        forward=lambda k, init, ti, tr, H: K.forward_sweep_scipy(
+            [k.matrix_T(t) for t in range(k.n_stages)], init, ti, tr, H
+        ),
+        backward=lambda k, ti, tr, H: K.backward_sweep_scipy([k.matrix(t) for t in range(k.n_stages)], ti, tr, H),
+        pair_backup=lambda mdp, p: K.pair_backup_scipy(mdp.pair_matrix(), p),
+        vsr=K.vsr_fields_numpy,
+        description="scipy.sparse CSR mat-vecs on the same arrays (VSR fields via NumPy)",
+    )
+)
+
+
+# =============================================================================================
+# Public functions
+# =============================================================================================
+
+
+def contract(mdp: TabularMDP, pi, *, backend: str = "numba_parallel") -> PolicyKernel:
+    """Policy contraction ``P_π_t[s, s'] = Σ_a π_t(a|s) P(s'|s, a)`` (VSR App. C.1).
+
+    ``pi`` is ``pi[s, a]`` (stationary) or ``pi[t, s, a]`` with ``t < H`` (stage-dependent).
+    The sparsity is the union over actions (entries with ``π = 0`` are kept as zeros).
+    """
+    be = get_backend(backend)
+    pi3 = as_policy(pi, mdp)
+    data = np.ascontiguousarray(be.contract(mdp, pi3))
+    return PolicyKernel(graph=mdp.graph, data=data, t_data=K.transpose_values(data, mdp.graph.t_perm))
+
+
+def _terminal_args(mdp: TabularMDP) -> tuple[np.ndarray, np.ndarray]:
+    idx = mdp.terminal_states
+    return idx, np.ascontiguousarray(mdp.terminal_reward[idx])
+
+
+def _as_kernel(mdp: TabularMDP, pi_or_kernel, backend: str) -> PolicyKernel:
+    if isinstance(pi_or_kernel, PolicyKernel):
+        if pi_or_kernel.graph is not mdp.graph:
+            raise ValueError("pi: this PolicyKernel was contracted on a different MDP")
+        return pi_or_kernel
+    return contract(mdp, pi_or_kernel, backend=backend)
+
+
+def _check_init(mdp: TabularMDP, init) -> np.ndarray:
+    if init is None:
+        return mdp.init
+    init = as_array(init, "init", shape=(mdp.n_states,))
+    check_simplex(init, "init")
+    if np.any(init[mdp.terminal] > 0):
+        raise ValueError("init: must put no mass on terminal states")
+    return np.ascontiguousarray(init)
+
+
+def stage_occupancy(mdp: TabularMDP, pi, *, init=None, backend: str = "numba_parallel"):
+    """Stage occupancies ``d[t, s] = Pr(s_t = s, not ended)`` for ``t = 0..H`` (SPEC §0; VSR eq. (2)).
+
+    ``pi`` is a policy table (see :func:`contract`) or a :class:`PolicyKernel`.  ``init``
+    overrides ``mdp.init``.  Returns ``(d[H+1, S], absorbed[H+1], reached[H+1])`` with
+    ``Σ_s d[t, s] + absorbed[t] = 1`` and ``reached[t]`` = Pr(goal reached by stage t).
+    """
+    kern = _as_kernel(mdp, pi, backend)
+    ti, tr = _terminal_args(mdp)
+    return get_backend(backend).forward(kern, _check_init(mdp, init), ti, tr, mdp.horizon)
+
+
+def continuation_success(mdp: TabularMDP, pi, *, backend: str = "numba_parallel") -> np.ndarray:
+    """Continuation success ``p[t, s]`` with ``H - t`` decisions left, ``t = 0..H`` (SPEC §2; VSR D.1)."""
+    kern = _as_kernel(mdp, pi, backend)
+    ti, tr = _terminal_args(mdp)
+    return get_backend(backend).backward(kern, ti, tr, mdp.horizon)
+
+
+def success_probability(mdp: TabularMDP, pi, *, init=None, backend: str = "numba_parallel") -> float:
+    """``J(π) = Σ_s init(s) p[0, s]``: probability of reaching a goal within ``H`` decisions."""
+    p = continuation_success(mdp, pi, backend=backend)
+    return float(_check_init(mdp, init) @ p[0])
+
+
+def q_values(mdp: TabularMDP, p, *, backend: str = "numba_parallel") -> np.ndarray:
+    """``Q[t, s, a] = Σ_s' P(s'|s,a) p[t+1, s']`` for ``t < H`` from ``p[H+1, S]`` (VSR App. C.1)."""
+    p = np.ascontiguousarray(as_array(p, "p", shape=(mdp.horizon + 1, mdp.n_states)))
+    q = get_backend(backend).pair_backup(mdp, p).reshape(mdp.horizon, mdp.n_states, mdp.n_actions)
+    q[:, mdp.terminal, :] = mdp.terminal_reward[mdp.terminal][None, :, None]  # terminal rows are never used
+    return q
+
+
+def advantages(q, p) -> np.ndarray:
+    """``A[t, s, a] = Q[t, s, a] - p[t, s]`` (``q[H, S, A]``, ``p[H+1, S]``; VSR App. C.1)."""
+    q = as_array(q, "q", ndim=3)
+    p = as_array(p, "p", shape=(q.shape[0] + 1, q.shape[1]))
+    return q - p[:-1, :, None]
+
+
+def vsr_quantities(d, p, *, eps: float = 0.1, backend: str = "numba_parallel") -> "VSRFields":
+    """``d^π``, ``σ``, ``μ_var``, ``μ_ε`` on the time-augmented space (VSR Thm 2.1 (9), §2.3).
+
+    ``d[H+1, S]`` and ``p[H+1, S]`` as returned by the sweeps.  Raises ``ValueError`` when
+    ``Σ dσ = 0`` (every reachable state is deterministic, so ``μ_var`` is undefined).
+    """
+    d = np.ascontiguousarray(as_array(d, "d", ndim=2))
+    p = np.ascontiguousarray(as_array(p, "p", ndim=2))
+    if d.shape != p.shape or d.shape[0] < 2:
+        raise ValueError(f"p: shape {p.shape} must equal d shape {d.shape} with at least 2 stages")
+    eps = check_probability(eps, "eps")
+    dvis, sigma, mu_var, mu_eps, z_d, z_mu = get_backend(backend).vsr(d, p, eps)
+    if not z_d > 0:
+        raise ValueError("d: has no mass on decision stages (sum of d[:H] is 0)")
+    if not z_mu > 0:
+        raise ValueError("p: sigma = sqrt(p(1-p)) vanishes wherever d > 0, so mu_var ∝ d·sigma is undefined")
+    return VSRFields(dvis=dvis, sigma=sigma, mu_var=mu_var, mu_eps=mu_eps, eps=eps, z_d=float(z_d), z_mu=float(z_mu))
+
+
+@dataclass(frozen=True, eq=False)
+class VSRFields:
+    """VSR quantities on the time-augmented space; arrays are ``[t, s]`` with ``t < H``."""
+
+    dvis: np.ndarray
+    """``d^π(t, s) = d[t, s] / z_d`` (sums to 1)."""
+    sigma: np.ndarray
+    """``σ(t, s) = sqrt(p[t, s] (1 - p[t, s]))``."""
+    mu_var: np.ndarray
+    """``μ_var(t, s) = d[t, s] σ(t, s) / z_mu`` (sums to 1)."""
+    mu_eps: np.ndarray
+    """``μ_ε = (1-ε) μ_var + ε d^π``."""
+    eps: float
+    """Smoothing weight ``ε`` used for ``mu_eps``."""
+    z_d: float
+    """``Σ_{t<H, s} d[t, s]``: expected number of decisions per episode."""
+    z_mu: float
+    """``Σ d σ`` (un-normalised mass of ``μ_var``)."""
+
+    def weights(self, which: str = "mu_var") -> np.ndarray:
+        """Importance weights ``d^π / μ`` on ``[t, s]`` (0 where ``d^π = 0``; ``inf`` off μ's support)."""
+        mu = {"mu_var": self.mu_var, "mu_eps": self.mu_eps, "dvis": self.dvis}[which]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(self.dvis > 0, self.dvis / mu, 0.0)
+        return w
+
+
+@dataclass(frozen=True, eq=False)
+class ExactSolution:
+    """Every exact quantity of one policy (all from one :class:`PolicyKernel`)."""
+
+    mdp: TabularMDP
+    """The MDP solved."""
+    kernel: PolicyKernel
+    """``P_π`` per stage and its transpose (reusable)."""
+    d: np.ndarray
+    """``d[t, s]``, ``t = 0..H``: sub-probability stage occupancies."""
+    absorbed: np.ndarray
+    """``absorbed[t]``: probability that the episode ended by stage ``t``."""
+    reached: np.ndarray
+    """``reached[t]``: probability that a goal was reached by stage ``t``."""
+    p: np.ndarray
+    """``p[t, s]``, ``t = 0..H``: continuation success with ``H - t`` decisions left."""
+    fields: VSRFields | None
+    """VSR quantities (``None`` when ``μ_var`` is undefined because ``Σ dσ = 0``)."""
+    backend: str = "numba_parallel"
+    """Backend that produced the arrays."""
+
+    @property
+    def J(self) -> float:
+        """Success probability from the initial distribution, ``Σ_s init(s) p[0, s]``."""
+        return float(self.mdp.init @ self.p[0])
+
+    @functools.cached_property
+    def q(self) -> np.ndarray:
+        """``Q[t, s, a]`` for ``t < H`` (computed on first access)."""
+        return q_values(self.mdp, self.p, backend=self.backend)
+
+    @functools.cached_property
+    def advantages(self) -> np.ndarray:
+        """``A[t, s, a] = Q[t, s, a] - p[t, s]``."""
+        return advantages(self.q, self.p)
+
+
+def solve(mdp: TabularMDP, pi, *, eps: float = 0.1, backend: str = "numba_parallel") -> ExactSolution:
+    """Contract once, then ``d``, ``p``, ``σ``, ``μ_var``, ``μ_ε`` of ``pi`` on ``mdp`` (SPEC §2)."""
+    eps = check_probability(eps, "eps")
+    kern = _as_kernel(mdp, pi, backend)
+    d, absorbed, reached = stage_occupancy(mdp, kern, backend=backend)
+    p = continuation_success(mdp, kern, backend=backend)
+    dvis, sigma, mu_var, mu_eps, z_d, z_mu = get_backend(backend).vsr(d, p, eps)
+    fields = None
+    if z_mu > 0:
+        fields = VSRFields(dvis=dvis, sigma=sigma, mu_var=mu_var, mu_eps=mu_eps, eps=eps, z_d=float(z_d), z_mu=float(z_mu))
+    return ExactSolution(mdp=mdp, kernel=kern, d=d, absorbed=absorbed, reached=reached, p=p, fields=fields, backend=backend)

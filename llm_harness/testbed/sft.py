@@ -1,0 +1,225 @@
+"""Supervised fine-tuning of the test-bed model on expert step-arithmetic solutions (issue 4 item 3).
+
+Cold start from expert text as in SPEC §3.2: each training sequence is the rendered prompt, the
+expert solution, then ``<eos>`` (``task.expert_text(problem) + eos``); the loss is the mean
+next-token cross-entropy over the **solution and EOS tokens only** (prompt and padding masked).
+
+Determinism: the data of step ``s`` are ``task.sample_problems("train", batch_size,
+seed=data_seed(seed, s))`` — fresh i.i.d. problems from the train split's region of expression
+space (never a validation/test/hard expression) that depend only on ``(seed, s)``; the weights
+are initialised under ``torch.manual_seed(seed)``; nothing else draws random numbers (no dropout).
+So on one machine and thread count, two runs give identical losses, and any prefix of a run is
+the same whatever the total number of steps when the schedule is ``"constant"`` (warm-up then a
+constant rate), which is why checkpoints saved along one run are rebuilt by a longer or shorter
+one. Departure from common SFT recipes: no epochs over a fixed set (a stream instead).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from llm_harness.tasks import Problem, Task
+
+__all__ = [
+    "LR_SCHEDULES",
+    "SFTBatch",
+    "data_seed",
+    "encode_sft_batch",
+    "lr_multiplier",
+    "make_optimizer",
+    "register_schedule",
+    "sft_loss",
+    "train_sft",
+]
+
+
+@dataclass(frozen=True)
+class SFTBatch:
+    """A right-padded batch; ``loss_mask[b, t] = 1`` iff token ``t`` of row ``b`` is a target."""
+
+    input_ids: torch.Tensor
+    """``input_ids[b, t]`` (long), padded with the pad id on the right."""
+    attention_mask: torch.Tensor
+    """``attention_mask[b, t]`` = 1 on real tokens, 0 on padding."""
+    loss_mask: torch.Tensor
+    """``loss_mask[b, t]`` = 1 on solution and EOS tokens (the tokens the loss predicts), else 0."""
+
+
+def encode_sft_batch(tokenizer: Any, prompts: Sequence[str], solutions: Sequence[str]) -> SFTBatch:
+    """Tokenise ``prompt + solution + <eos>`` per row; mark the solution and EOS as targets.
+
+    Prompt and solution are tokenised separately (no special tokens added), so the boundary is
+    exact whatever the tokenizer; the EOS id is the tokenizer's.
+    """
+    if len(prompts) != len(solutions):
+        raise ValueError(f"solutions: expected {len(prompts)} solutions (one per prompt), got {len(solutions)}")
+    if not prompts:
+        raise ValueError("prompts: must not be empty")
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if eos is None or pad is None:
+        raise ValueError("tokenizer: needs both an eos and a pad token")
+    p_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    s_ids = tokenizer(list(solutions), add_special_tokens=False)["input_ids"]
+    rows = []
+    for i, (p, s) in enumerate(zip(p_ids, s_ids)):
+        if not p:
+            raise ValueError(f"prompts[{i}]: tokenises to nothing")
+        if not s:
+            raise ValueError(f"solutions[{i}]: tokenises to nothing")
+        rows.append((p, s + [eos]))
+    width = max(len(p) + len(s) for p, s in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, (p, s) in enumerate(rows):
+        ids[b, : len(p) + len(s)] = torch.tensor(p + s, dtype=torch.long)
+        attn[b, : len(p) + len(s)] = 1
+        mask[b, len(p) : len(p) + len(s)] = 1
+    return SFTBatch(ids, attn, mask)
+
+
+def sft_loss(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Mean over targets of ``-log softmax(logits[b, t-1])[input_ids[b, t]]`` where ``loss_mask[b, t] = 1``.
+
+    Shapes: ``logits[B, T, V]``, ``input_ids[B, T]``, ``loss_mask[B, T]``; position ``t - 1``
+    predicts token ``t``, so ``loss_mask[:, 0]`` must be 0 (the first token has no predictor).
+    """
+    if logits.ndim != 3 or input_ids.shape != logits.shape[:2] or loss_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"logits: expected [B, T, V] with input_ids and loss_mask [B, T], got {tuple(logits.shape)}, "
+            f"{tuple(input_ids.shape)}, {tuple(loss_mask.shape)}"
+        )
+    if bool(loss_mask[:, 0].any()):
+        raise ValueError("loss_mask: the first position cannot be a target")
+    m = loss_mask[:, 1:].to(logits.dtype)
+    n = m.sum()
+    if float(n) == 0.0:
+        raise ValueError("loss_mask: no target tokens in the batch")
+    nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), input_ids[:, 1:].reshape(-1), reduction="none"
+    )
+    return (nll * m.reshape(-1)).sum() / n
+
+
+# ---------------------------------------------------------------------------- schedules
+#: name -> ``f(step, total_steps, warmup_steps) -> multiplier of the peak rate`` (``step`` is 0-based).
+LR_SCHEDULES: dict[str, Callable[[int, int, int], float]] = {}
+
+
+def register_schedule(name: str):
+    """Decorator adding a learning-rate schedule under ``name`` (duplicates rejected)."""
+
+    def deco(fn):
+        if name in LR_SCHEDULES:
+            raise ValueError(f"name: schedule {name!r} is already registered")
+        LR_SCHEDULES[name] = fn
+        return fn
+
+    return deco
+
+
+@register_schedule("constant")
+def _constant(step: int, total: int, warmup: int) -> float:
+    """Linear warm-up to the peak, then constant (a run's prefix does not depend on ``total``)."""
+    return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+
+@register_schedule("cosine")
+def _cosine(step: int, total: int, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak at ``total``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+
+def lr_multiplier(schedule: str, step: int, total: int, warmup: int) -> float:
+    """``LR_SCHEDULES[schedule](step, total, warmup)`` with a clear error for unknown names."""
+    try:
+        fn = LR_SCHEDULES[schedule]
+    except KeyError:
+        raise ValueError(f"schedule: unknown schedule {schedule!r}; known: {', '.join(sorted(LR_SCHEDULES))}") from None
+    return fn(step, total, warmup)
+
+
+def make_optimizer(model, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.98)):
+    """AdamW; weight decay on matrices only (not on norms, biases)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8)
+
+
+def data_seed(seed: int, step: int) -> int:
+    """Seed of the problems of step ``step`` (0-based) of a run with ``seed``."""
+    return int(seed) * 1_000_000_007 + int(step)
+
+
+def train_batch_problems(task: Task, batch_size: int, seed: int, step: int) -> tuple[Problem, ...]:
+    """The training problems of step ``step``: i.i.d. from the train split's region (module doc)."""
+    return task.sample_problems("train", batch_size, seed=data_seed(seed, step))
+
+
+def train_sft(
+    model,
+    tokenizer: Any,
+    task: Task,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    weight_decay: float = 0.0,
+    warmup_steps: int = 0,
+    schedule: str = "constant",
+    grad_clip: float = 1.0,
+    callback: Callable[[int, float], None] | None = None,
+    progress: bool = True,
+) -> list[float]:
+    """Train ``model`` in place for ``steps`` optimizer steps; return the loss of every step.
+
+    ``callback(step, loss)`` runs after each step (``step`` counts completed steps, 1-based); it
+    may evaluate or save the model (it must leave it in train mode and not touch the global RNG
+    stream — the loop itself does not draw from it). ``grad_clip <= 0`` disables clipping.
+    """
+    from tqdm.auto import tqdm
+
+    for name, v, lo in (("steps", steps, 1), ("batch_size", batch_size, 1), ("seed", seed, 0), ("warmup_steps", warmup_steps, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name}: must be an int >= {lo}, got {v!r}")
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr: must be a finite number > 0, got {lr!r}")
+    if not hasattr(task, "sample_problems"):
+        raise ValueError(f"task: {type(task).__name__} cannot sample training problems (needs sample_problems)")
+    lr_multiplier(schedule, 0, steps, warmup_steps)  # validates the name
+    device = next(model.parameters()).device
+    opt = make_optimizer(model, lr, weight_decay)
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(steps), desc="sft", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr * lr_multiplier(schedule, step, steps, warmup_steps)
+        problems = train_batch_problems(task, batch_size, seed, step)
+        batch = encode_sft_batch(
+            tokenizer, [task.render_prompt(p, tokenizer) for p in problems], [p.solution for p in problems]
+        )
+        # right padding under a causal mask: real tokens never see the pads after them, so the
+        # attention mask is not needed (and omitting it keeps SDPA on its is_causal fast path)
+        logits = model(input_ids=batch.input_ids.to(device), use_cache=False).logits
+        loss = sft_loss(logits, batch.input_ids.to(device), batch.loss_mask.to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if progress:
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        if callback is not None:
+            callback(step + 1, losses[-1])
+    return losses

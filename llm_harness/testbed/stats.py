@@ -1,0 +1,125 @@
+"""Confidence intervals for accuracies measured by sampling (test-bed evaluation, issue 4 item 3).
+
+* :func:`clopper_pearson` — the exact binomial interval (one sample per problem).
+* :func:`clustered_interval` — several samples per problem are correlated (the problem's own
+  success rate is shared), so the binomial interval over all samples is too narrow. Following
+  Korn & Graubard (1998), the Clopper–Pearson interval is evaluated at an *effective* sample size
+  ``n_eff = p(1 - p) / Var(p_hat)``, with ``Var(p_hat)`` estimated from the spread of per-problem
+  mean accuracies; ``n_eff`` is capped at the number of samples.
+* :func:`paired_consistent` — is a fresh sample per problem consistent with a reference's
+  per-problem outcomes on the same problems? An exact conditional (exchangeability) test with
+  false-failure rate <= ``alpha``, used by the integration tests that compare a shipped
+  checkpoint with its card.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["beta_interval", "clopper_pearson", "clustered_interval", "paired_consistent", "poisson_binomial_pmf"]
+
+
+def _check_level(confidence: float) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: must lie in (0, 1), got {confidence!r}")
+    return float(confidence)
+
+
+def beta_interval(x: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper–Pearson bounds for ``x`` successes in ``n`` trials (``x``, ``n`` may be fractional).
+
+    ``lower = Beta.ppf(a/2; x, n - x + 1)`` (0 when ``x == 0``),
+    ``upper = Beta.ppf(1 - a/2; x + 1, n - x)`` (1 when ``x == n``), ``a = 1 - confidence``.
+    """
+    confidence = _check_level(confidence)
+    x, n = float(x), float(n)
+    if not n > 0:
+        raise ValueError(f"n: must be > 0, got {n}")
+    if not 0.0 <= x <= n:
+        raise ValueError(f"x: must lie in [0, n={n}], got {x}")
+    from scipy import stats  # lazily: the GPU check imports this package where only torch + transformers exist
+
+    a = 1.0 - confidence
+    lo = 0.0 if x == 0 else float(stats.beta.ppf(a / 2, x, n - x + 1))
+    hi = 1.0 if x == n else float(stats.beta.ppf(1 - a / 2, x + 1, n - x))
+    return lo, hi
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact binomial interval for ``k`` successes out of ``n`` independent trials."""
+    for name, v in (("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ValueError(f"{name}: must be an int, got {v!r}")
+    return beta_interval(int(k), int(n), confidence)
+
+
+def clustered_interval(correct: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(accuracy, lower, upper)`` for ``correct[problem, sample]`` (0/1), problems independent.
+
+    One sample per problem gives the exact Clopper–Pearson interval. With ``m > 1`` samples the
+    interval uses the Korn–Graubard effective sample size (module docstring): ``Var(p_hat)`` is
+    the sample variance of the per-problem means divided by the number of problems.
+    """
+    c = np.asarray(correct, dtype=np.float64)
+    if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1:
+        raise ValueError(f"correct: expected a non-empty 2-D array [problem, sample], got shape {c.shape}")
+    if not np.all((c == 0.0) | (c == 1.0)):
+        raise ValueError("correct: entries must be 0 or 1")
+    n_prob, m = c.shape
+    total = n_prob * m
+    p = float(c.mean())
+    if m == 1:
+        n_eff = float(total)  # independent trials: the exact interval
+    elif n_prob == 1 or p in (0.0, 1.0):
+        n_eff = float(n_prob)  # no spread to estimate: count problems, not samples
+    else:
+        var_p = float(c.mean(axis=1).var(ddof=1)) / n_prob
+        n_eff = float(total) if var_p <= 0.0 else min(float(total), max(1.0, p * (1.0 - p) / var_p))
+    lo, hi = beta_interval(p * n_eff, n_eff, confidence)
+    return p, lo, hi
+
+
+def poisson_binomial_pmf(q: np.ndarray) -> np.ndarray:
+    """``pmf[k] = P(sum_i B_i = k)`` for independent ``B_i ~ Bernoulli(q[i])`` (exact convolution, float64)."""
+    q = np.asarray(q, dtype=np.float64)
+    if q.ndim != 1 or np.any((q < 0) | (q > 1)):
+        raise ValueError("q: must be a 1-D array of probabilities in [0, 1]")
+    pmf = np.zeros(q.size + 1)
+    pmf[0] = 1.0
+    for i, qi in enumerate(q):
+        pmf[1 : i + 2] = pmf[1 : i + 2] * (1.0 - qi) + pmf[: i + 1] * qi
+        pmf[0] *= 1.0 - qi
+    return pmf
+
+
+def paired_consistent(
+    new: np.ndarray, ref_counts: np.ndarray, ref_samples: int, alpha: float = 1e-6
+) -> tuple[bool, float, tuple[int, float]]:
+    """Exact test that a new sample per problem comes from the same per-problem success rates as a
+    reference with ``ref_samples`` samples per problem (``ref_counts[i]`` of them correct).
+
+    ``new[i]`` in {0, 1}: outcome of one fresh sample on problem ``i``. Under the hypothesis the
+    ``ref_samples + 1`` outcomes of problem ``i`` are i.i.d., hence exchangeable: given their total
+    ``t[i] = new[i] + ref_counts[i]``, the new one is correct with probability
+    ``q[i] = t[i] / (ref_samples + 1)`` whatever the unknown rate, independently over problems.
+    So ``S = sum(new)`` is Poisson-binomial(``q``) given the totals, and the two-sided exact
+    p-value (outcomes no more likely than ``S``) rejects with probability <= ``alpha``.
+    With ``ref_samples = 1`` this is McNemar's exact test. Returns
+    ``(accepted, p_value, (S, E[S | totals]))``.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha: must lie in (0, 1), got {alpha!r}")
+    if isinstance(ref_samples, bool) or not isinstance(ref_samples, (int, np.integer)) or ref_samples < 1:
+        raise ValueError(f"ref_samples: must be an int >= 1, got {ref_samples!r}")
+    x, r = np.asarray(new), np.asarray(ref_counts)
+    if x.ndim != 1 or x.shape != r.shape or x.size == 0:
+        raise ValueError(f"new: expected two non-empty 1-D arrays of equal length, got shapes {x.shape} and {r.shape}")
+    if not np.all((x == 0) | (x == 1)):
+        raise ValueError("new: outcomes must be 0 or 1")
+    if not (np.all(r == np.round(r)) and np.all((r >= 0) & (r <= ref_samples))):
+        raise ValueError(f"ref_counts: must be integers in [0, ref_samples={ref_samples}]")
+    q = (x + r) / float(ref_samples + 1)
+    pmf = poisson_binomial_pmf(q)
+    s_obs = int(x.sum())
+    pval = float(min(1.0, pmf[pmf <= pmf[s_obs] * (1 + 1e-7)].sum()))
+    return pval >= alpha, pval, (s_obs, float(q.sum()))

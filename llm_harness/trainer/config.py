@@ -1,0 +1,358 @@
+"""Frozen, validated configuration of a training run (``vsr train --config FILE``; SPEC §3.1).
+
+Every field carries a docstring; every section validates itself on construction and raises a
+ValueError that starts with the field name. Registry-valued fields (estimator, aggregation,
+objective, collector, schedule, plug-ins) are checked against their registries in
+:func:`llm_harness.trainer.loop.check_registries` (the registries live next to their code).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+__all__ = [
+    "AlgoConfig",
+    "EvalConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "ValidationConfig",
+]
+
+#: estimators that normalise within a group and so need G >= 2
+GROUP_ESTIMATORS = ("grpo", "rloo")
+
+
+def _num(name: str, v: Any, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+         integer: bool = False) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        raise ValueError(f"{name}: must be {'an int' if integer else 'a number'}, got {v!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: must be finite, got {v!r}")
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise ValueError(f"{name}: must be {'>' if lo_open else '>='} {lo}, got {v!r}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name}: must be <= {hi}, got {v!r}")
+
+
+def _choice(name: str, v: Any, allowed: tuple[str, ...]) -> None:
+    if v not in allowed:
+        raise ValueError(f"{name}: must be one of {allowed}, got {v!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which policy to train."""
+
+    path: str = "llm_harness/testbed/checkpoints/mid"
+    """Local checkpoint folder (``from_pretrained``); ignored when ``random_init`` is True."""
+    random_init: bool = False
+    """Build a tiny random Qwen2 with the trainer's character tokenizer instead (tests, smoke runs)."""
+    hidden_size: int = 32
+    """Random model: hidden width."""
+    num_layers: int = 2
+    """Random model: decoder layers."""
+    num_heads: int = 4
+    """Random model: attention heads (``hidden_size`` must be divisible by it)."""
+    max_context: int = 256
+    """Random model: maximum positions."""
+    dtype: str = "float32"
+    """Weights dtype (CPU training: float32)."""
+    device: str = "cpu"
+    """Torch device of the policy (``cpu``, ``cuda``, ``auto``)."""
+    backend: str = "hf"
+    """Generation backend name (``hf`` shares the model; ``vllm`` is a separate engine synced after
+    every optimizer step)."""
+
+    def __post_init__(self) -> None:
+        for n in ("hidden_size", "num_layers", "num_heads", "max_context"):
+            _num(n, getattr(self, n), 1, integer=True)
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size: {self.hidden_size} not divisible by num_heads {self.num_heads}")
+        _choice("dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _choice("backend", self.backend, ("hf", "vllm"))
+        if not self.random_init and not self.path:
+            raise ValueError("path: empty (give a checkpoint folder or set random_init)")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The task and its splits."""
+
+    name: str = "step_arith"
+    """Registered task name (``llm_harness.tasks.get_task``)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword parameters of the task (e.g. ``{n_train: 2000}``)."""
+    train_split: str = "train"
+    """Split the fresh prompts are drawn from."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, Mapping):
+            raise ValueError(f"params: must be a mapping, got {type(self.params).__name__}")
+        object.__setattr__(self, "params", dict(self.params))
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling of training rollouts."""
+
+    prompts_per_step: int = 8
+    """Start states per step B (before dynamic sampling / replay)."""
+    group_size: int = 8
+    """Samples per start state G (a state may ask for its own ``n``)."""
+    temperature: float = 1.0
+    """Sampling temperature T > 0 (log-probs in the loss use the same T)."""
+    top_p: float = 1.0
+    """Nucleus mass in (0, 1]."""
+    max_new_tokens: int = 64
+    """Response budget per sample (a fixed prefix counts against it)."""
+    max_batch_sequences: int = 256
+    """Sequences decoded together by the HF backend."""
+    verify_timeout_s: float = 10.0
+    """Deadline of one verification; a timeout or an exception gives reward 0 and a counted warning
+    (0 disables the deadline: verification runs inline)."""
+
+    def __post_init__(self) -> None:
+        _num("prompts_per_step", self.prompts_per_step, 1, integer=True)
+        _num("group_size", self.group_size, 1, integer=True)
+        _num("temperature", self.temperature, 0, lo_open=True)
+        _num("top_p", self.top_p, 0, 1, lo_open=True)
+        _num("max_new_tokens", self.max_new_tokens, 1, integer=True)
+        _num("max_batch_sequences", self.max_batch_sequences, 1, integer=True)
+        _num("verify_timeout_s", self.verify_timeout_s, 0)
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """The update rule: estimator, loss, filtering, dynamic sampling, PPO epochs."""
+
+    collector: str = "generate"
+    """Where rollouts come from: ``generate`` (policy samples) or ``expert`` (task solutions: SFT)."""
+    objective: str = "ppo"
+    """Loss: ``ppo`` (clipped surrogate) or ``sft`` (negative log-likelihood)."""
+    advantage: str = "grpo"
+    """Advantage estimator (registry: ``grpo``, ``rloo``, ``constant``)."""
+    eps_sigma: float = 1e-6
+    """ε_σ of the GRPO z-score."""
+    loss_agg: str = "token_mean"
+    """Loss aggregation (registry: ``token_mean``, ``seq_mean_token_mean``, ``seq_mean_token_sum_norm``)."""
+    eps_low: float = 0.2
+    """Lower clip ε_low."""
+    eps_high: float = 0.28
+    """Upper clip ε_high (clip-higher)."""
+    dual_clip: float = 10.0
+    """Dual-clip bound c > 1 for negative advantages (0 disables)."""
+    kl_coef: float = 0.0
+    """β of the k3 KL to the initial policy (0: no reference model kept)."""
+    filter_zero_variance: bool = True
+    """Drop groups whose (shaped) advantages are all zero before the update."""
+    dynamic_sampling: bool = False
+    """DAPO: draw more fresh prompts until ``prompts_per_step`` groups have mixed rewards."""
+    max_gen_rounds: int = 4
+    """Cap on generation rounds per step (dynamic sampling and plug-in refills); every round's
+    tokens are counted."""
+    ppo_epochs: int = 1
+    """Passes over the batch per step."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch (the batch is split into this many shuffled mini-batches)."""
+    old_logprobs: str = "behaviour"
+    """Denominator of the ratio: ``behaviour`` (cached at generation) or ``recompute`` (a no-grad
+    forward of this step's policy before the update; replayed rollouts keep their behaviour log-probs)."""
+
+    def __post_init__(self) -> None:
+        _num("eps_sigma", self.eps_sigma, 0)
+        _num("eps_low", self.eps_low, 0, 1)
+        if self.eps_low >= 1:
+            raise ValueError(f"eps_low: must be < 1, got {self.eps_low}")
+        _num("eps_high", self.eps_high, 0)
+        _num("dual_clip", self.dual_clip, 0)
+        if 0 < self.dual_clip <= 1:
+            raise ValueError(f"dual_clip: must be > 1 (or 0 to disable), got {self.dual_clip}")
+        _num("kl_coef", self.kl_coef, 0)
+        _num("max_gen_rounds", self.max_gen_rounds, 1, integer=True)
+        _num("ppo_epochs", self.ppo_epochs, 1, integer=True)
+        _num("mini_batches", self.mini_batches, 1, integer=True)
+        _choice("collector", self.collector, ("generate", "expert"))
+        _choice("objective", self.objective, ("ppo", "sft"))
+        _choice("old_logprobs", self.old_logprobs, ("behaviour", "recompute"))
+        for name in ("filter_zero_variance", "dynamic_sampling"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW, gradient clipping and the learning-rate schedule."""
+
+    lr: float = 2e-4
+    """Peak learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    beta1: float = 0.9
+    """AdamW β1."""
+    beta2: float = 0.999
+    """AdamW β2."""
+    grad_clip: float = 1.0
+    """Max global gradient norm (0 disables clipping; the norm is logged either way)."""
+    schedule: str = "constant"
+    """``constant``, ``linear`` (decay to 0) or ``cosine`` (to 0), after warm-up."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+
+    def __post_init__(self) -> None:
+        _num("lr", self.lr, 0, lo_open=True)
+        _num("weight_decay", self.weight_decay, 0)
+        _num("beta1", self.beta1, 0, 1)
+        _num("beta2", self.beta2, 0, 1)
+        _num("grad_clip", self.grad_clip, 0)
+        _num("warmup_steps", self.warmup_steps, 0, integer=True)
+        _choice("schedule", self.schedule, ("constant", "linear", "cosine"))
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Periodic held-out evaluation during training."""
+
+    every: int = 0
+    """Evaluate every this many steps (0: never during training; the final step is evaluated
+    when ``every > 0``)."""
+    split: str = "validation"
+    """Split evaluated."""
+    n_problems: int = 64
+    """First problems of the split used."""
+    k: int = 4
+    """Samples per problem (avg@k, pass@k)."""
+    temperature: float = 1.0
+    """Sampling temperature of the evaluation."""
+    top_p: float = 1.0
+    """Nucleus mass of the evaluation."""
+
+    def __post_init__(self) -> None:
+        _num("every", self.every, 0, integer=True)
+        _num("n_problems", self.n_problems, 1, integer=True)
+        _num("k", self.k, 1, integer=True)
+        _num("temperature", self.temperature, 0, lo_open=True)
+        _num("top_p", self.top_p, 0, 1, lo_open=True)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Run directory, checkpoints, logging."""
+
+    run_dir: str = "runs/grpo"
+    """Folder of the run (config, metrics, checkpoints)."""
+    resume: bool = False
+    """Continue from the run directory's latest checkpoint (bit-identical on CPU)."""
+    checkpoint_every: int = 50
+    """Checkpoint every this many steps (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept on disk (>= 1)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+    tensorboard: bool = False
+    """Also write scalars with ``torch.utils.tensorboard`` (needs the tensorboard package)."""
+    num_threads: int = 0
+    """torch CPU threads (0: leave torch's default)."""
+    stop_after: int = 0
+    """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
+    testing resume."""
+
+    def __post_init__(self) -> None:
+        if not self.run_dir:
+            raise ValueError("run_dir: must not be empty")
+        _num("checkpoint_every", self.checkpoint_every, 0, integer=True)
+        _num("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
+        _num("num_threads", self.num_threads, 0, integer=True)
+        _num("stop_after", self.stop_after, 0, integer=True)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A whole training run (``vsr train``)."""
+
+    seed: int = 0
+    """Run seed: data order, sampling seeds, mini-batch shuffles all derive from it."""
+    steps: int = 150
+    """Training steps (optimizer updates when ``ppo_epochs = mini_batches = 1``)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy model."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Task and training split."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout sampling."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Update rule."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer."""
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    """Periodic evaluation."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Run directory and checkpoints."""
+    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Plug-ins in application order, ``{name: {param: value}}`` (registry ``PLUGINS``; e.g. ``vsr``,
+    ``replay``, ``extra``, ``reinforce_ada_est``)."""
+
+    def __post_init__(self) -> None:
+        _num("seed", self.seed, 0, integer=True)
+        _num("steps", self.steps, 1, integer=True)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("model", "task", "rollout", "algo", "optim", "validation", "run"):
+                if isinstance(v, Mapping):
+                    raise ValueError(f"{f.name}: pass a {f.type} object (use vsr.config_io.from_dict for mappings)")
+        if not isinstance(self.plugins, Mapping):
+            raise ValueError(f"plugins: must be a mapping name -> params, got {type(self.plugins).__name__}")
+        for k, v in self.plugins.items():
+            if not isinstance(v, Mapping) and v is not None:
+                raise ValueError(f"plugins.{k}: params must be a mapping, got {type(v).__name__}")
+        object.__setattr__(self, "plugins", {k: dict(v or {}) for k, v in self.plugins.items()})
+        if self.algo.advantage in GROUP_ESTIMATORS and self.algo.collector == "generate" and self.rollout.group_size < 2:
+            raise ValueError(
+                f"rollout.group_size: the {self.algo.advantage!r} estimator normalises within a group and needs G >= 2, "
+                f"got {self.rollout.group_size}"
+            )
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluate a checkpoint (``vsr eval``): avg@k, pass@k, per-difficulty table, lengths, diversity."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model to evaluate (a checkpoint folder, or a run directory's latest checkpoint via ``run_dir``)."""
+    run_dir: str = ""
+    """If set, evaluate this training run's latest checkpoint (overrides ``model.path``)."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Task."""
+    split: str = "test"
+    """Split to evaluate."""
+    n_problems: int = 200
+    """First problems of the split."""
+    k: int = 8
+    """Samples per problem."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus mass."""
+    max_new_tokens: int = 64
+    """Response budget."""
+    seed: int = 0
+    """Sampling seed."""
+    reference: str = ""
+    """Optional eval.json of a reference run: adds AES (SPEC §1.5)."""
+    out_dir: str = "runs/eval"
+    """Where eval.json and eval.md are written."""
+
+    def __post_init__(self) -> None:
+        _num("n_problems", self.n_problems, 1, integer=True)
+        _num("k", self.k, 1, integer=True)
+        _num("temperature", self.temperature, 0, lo_open=True)
+        _num("top_p", self.top_p, 0, 1, lo_open=True)
+        _num("max_new_tokens", self.max_new_tokens, 1, integer=True)
+        _num("seed", self.seed, 0, integer=True)
+        if not self.out_dir:
+            raise ValueError("out_dir: must not be empty")

@@ -1,0 +1,256 @@
+"""The trainer's data model: start states, rollout groups and padded training batches (SPEC §3.1).
+
+* :class:`StartState` — where a group of rollouts starts: prompt ids, an optional fixed prefix
+  (a replayed VSR prefix, an ExTra guided prefix), an :class:`Origin` tag, the task
+  :class:`~llm_harness.tasks.Problem` it is verified against, a free-form ``history`` mapping
+  (room for a serialized multi-turn interaction), and an optional per-state sample count ``n``.
+* :class:`RolloutGroup` — a start state plus its samples (new token ids, behaviour log-probs,
+  rewards, verify results) and, once computed, advantages and per-sample importance weights.
+* :class:`TrainBatch` — padded tensors built once from a list of groups: one row per sample,
+  ``input_ids[b, L]`` = prompt + prefix + response (right-padded); ``loss_mask[b, L-1]`` is 1
+  exactly on the response tokens (prompt and prefix tokens are context, SPEC §3.1), aligned with
+  the next-token targets ``input_ids[b, 1:]``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from llm_harness.tasks import Problem, VerifyResult
+
+__all__ = ["Origin", "StartState", "RolloutGroup", "TrainBatch", "build_batch", "ORIGINS"]
+
+
+class Origin(str, enum.Enum):
+    """Where a start state comes from (used for per-origin metrics; never branched on)."""
+
+    FRESH = "fresh"
+    REPLAYED_PREFIX = "replayed_prefix"
+    GUIDED = "guided"
+    REPLAYED_ROLLOUT = "replayed_rollout"
+    EXPERT = "expert"
+
+
+#: Origins in a fixed order; ``TrainBatch.origin`` stores indices into it.
+ORIGINS: tuple[Origin, ...] = tuple(Origin)
+
+
+@dataclass(frozen=True, eq=False)
+class StartState:
+    """The state a rollout group starts from (prompt, optional fixed prefix)."""
+
+    prompt_ids: tuple[int, ...]
+    """Token ids of the rendered prompt (non-empty)."""
+    problem: Problem
+    """The task problem the completions are verified against (its own answer, SPEC §3.4)."""
+    prefix_ids: tuple[int, ...] = ()
+    """Fixed response prefix appended to the prompt; generated continuations follow it; masked
+    out of the loss; included in the verified completion text."""
+    origin: Origin = Origin.FRESH
+    """Tag: fresh / replayed_prefix / guided / replayed_rollout / expert."""
+    n: int | None = None
+    """Samples to draw from this state; ``None`` means the trainer's group size G."""
+    history: Mapping[str, Any] = field(default_factory=dict)
+    """Free-form metadata (plug-in bookkeeping, a serialized multi-turn interaction, ...)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
+        object.__setattr__(self, "prefix_ids", tuple(int(t) for t in self.prefix_ids))
+        object.__setattr__(self, "origin", Origin(self.origin))
+        if not self.prompt_ids:
+            raise ValueError("prompt_ids: must not be empty")
+        if self.n is not None and (isinstance(self.n, bool) or int(self.n) < 1):
+            raise ValueError(f"n: must be None or an int >= 1, got {self.n!r}")
+        object.__setattr__(self, "history", dict(self.history))
+
+    @property
+    def context_ids(self) -> tuple[int, ...]:
+        """``prompt_ids + prefix_ids``: what generation continues from."""
+        return self.prompt_ids + self.prefix_ids
+
+    @property
+    def key(self) -> tuple:
+        """Identity of the state (problem id, prompt, prefix): samples from equal keys belong to one group."""
+        return (self.problem.id, self.prompt_ids, self.prefix_ids)
+
+
+@dataclass(eq=False)
+class RolloutGroup:
+    """A start state and its ``G`` samples (SPEC §3.1). Arrays are indexed by sample ``i``."""
+
+    start: StartState
+    """The state every sample continues from."""
+    response_ids: list[tuple[int, ...]]
+    """``response_ids[i]``: new token ids of sample ``i`` (no prompt, no prefix)."""
+    behaviour_logprobs: list[np.ndarray]
+    """``behaviour_logprobs[i][t] = log q(response_ids[i][t] | ...)`` cached at generation time."""
+    rewards: np.ndarray
+    """``rewards[i]`` in [0, 1], float64."""
+    birth_step: int
+    """Trainer step at which the samples were generated."""
+    verify: list[VerifyResult | None] = field(default_factory=list)
+    """Per-sample verification outcome (``None`` for samples not verified, e.g. loaded from disk)."""
+    finish_reasons: list[str] = field(default_factory=list)
+    """Per-sample ``"stop"`` / ``"length"``."""
+    advantages: np.ndarray | None = None
+    """``advantages[i]`` (float64) once estimated/shaped; replayed rollouts arrive with theirs."""
+    weights: np.ndarray | None = None
+    """Optional per-sample importance weights multiplying the loss (default 1)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Per-group extras written by plug-ins (e.g. novelty bonuses, MTE values)."""
+
+    def __post_init__(self) -> None:
+        g = len(self.response_ids)
+        self.response_ids = [tuple(int(t) for t in r) for r in self.response_ids]
+        self.behaviour_logprobs = [np.asarray(b, dtype=np.float64) for b in self.behaviour_logprobs]
+        self.rewards = np.asarray(self.rewards, dtype=np.float64)
+        if len(self.behaviour_logprobs) != g:
+            raise ValueError(f"behaviour_logprobs: {len(self.behaviour_logprobs)} entries for {g} samples")
+        for i, (r, b) in enumerate(zip(self.response_ids, self.behaviour_logprobs)):
+            if b.shape != (len(r),):
+                raise ValueError(f"behaviour_logprobs[{i}]: shape {b.shape} differs from response length {len(r)}")
+        if self.rewards.shape != (g,):
+            raise ValueError(f"rewards: expected shape ({g},), got {self.rewards.shape}")
+        for name in ("advantages", "weights"):
+            v = getattr(self, name)
+            if v is not None:
+                v = np.asarray(v, dtype=np.float64)
+                if v.shape != (g,):
+                    raise ValueError(f"{name}: expected shape ({g},), got {v.shape}")
+                setattr(self, name, v)
+
+    @property
+    def size(self) -> int:
+        """Number of samples ``G``."""
+        return len(self.response_ids)
+
+    @property
+    def mixed(self) -> bool:
+        """True iff the rewards are not all equal (the group carries a GRPO signal)."""
+        return bool(self.size > 1 and np.ptp(self.rewards) > 0)
+
+    @property
+    def n_new_tokens(self) -> int:
+        """Generated tokens of this group (responses only)."""
+        return sum(len(r) for r in self.response_ids)
+
+    def with_advantages(self, advantages: np.ndarray) -> "RolloutGroup":
+        """A copy with ``advantages`` replaced (validated)."""
+        out = replace(self, advantages=np.asarray(advantages, dtype=np.float64), info=dict(self.info))
+        return out
+
+    def select(self, idx: Sequence[int]) -> "RolloutGroup":
+        """A group holding samples ``idx`` only (same start state)."""
+        idx = list(idx)
+        return RolloutGroup(
+            start=self.start,
+            response_ids=[self.response_ids[i] for i in idx],
+            behaviour_logprobs=[self.behaviour_logprobs[i] for i in idx],
+            rewards=self.rewards[idx],
+            birth_step=self.birth_step,
+            verify=[self.verify[i] for i in idx] if self.verify else [],
+            finish_reasons=[self.finish_reasons[i] for i in idx] if self.finish_reasons else [],
+            advantages=None if self.advantages is None else self.advantages[idx],
+            weights=None if self.weights is None else self.weights[idx],
+            info=dict(self.info),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class TrainBatch:
+    """Padded tensors for one optimisation batch; row ``b`` is one sample.
+
+    Shapes: ``input_ids[B, L]``, ``attention_mask[B, L]``, ``loss_mask[B, L-1]``,
+    ``old_logprobs[B, L-1]`` (behaviour log-probs at the response positions, 0 elsewhere),
+    ``advantages[B]``, ``weights[B]``, ``origin[B]`` (index into :data:`ORIGINS`),
+    ``group[B]`` (index of the source group), ``rewards[B]``.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    origin: torch.Tensor
+    group: torch.Tensor
+    rewards: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        """Number of rows ``B``."""
+        return int(self.input_ids.shape[0])
+
+    def rows(self, idx: torch.Tensor) -> "TrainBatch":
+        """The sub-batch of rows ``idx`` (trailing all-padding columns trimmed)."""
+        width = int(self.attention_mask[idx].sum(-1).max().item()) if len(idx) else 1
+        width = max(width, 2)
+        return TrainBatch(
+            input_ids=self.input_ids[idx, :width],
+            attention_mask=self.attention_mask[idx, :width],
+            loss_mask=self.loss_mask[idx, : width - 1],
+            old_logprobs=self.old_logprobs[idx, : width - 1],
+            advantages=self.advantages[idx],
+            weights=self.weights[idx],
+            origin=self.origin[idx],
+            group=self.group[idx],
+            rewards=self.rewards[idx],
+        )
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        """Plain tensors (for saving an offending batch)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def build_batch(groups: Sequence[RolloutGroup], pad_token_id: int) -> TrainBatch:
+    """Pad every sample of ``groups`` into one :class:`TrainBatch` (groups need advantages).
+
+    Row ``b`` holds ``context + response``; ``loss_mask[b, j] = 1`` iff target position ``j + 1``
+    is a response token, so prompt and prefix tokens never enter the loss (SPEC §3.1).
+    """
+    if not groups:
+        raise ValueError("groups: must not be empty")
+    rows: list[tuple[tuple[int, ...], int, np.ndarray]] = []
+    adv, wts, org, grp, rew = [], [], [], [], []
+    origin_index = {o: i for i, o in enumerate(ORIGINS)}
+    for gi, g in enumerate(groups):
+        if g.advantages is None:
+            raise ValueError(f"groups[{gi}]: advantages not computed")
+        ctx = g.start.context_ids
+        for i in range(g.size):
+            rows.append((ctx, len(ctx), g.behaviour_logprobs[i]))
+            adv.append(g.advantages[i])
+            wts.append(1.0 if g.weights is None else g.weights[i])
+            org.append(origin_index[g.start.origin])
+            grp.append(gi)
+            rew.append(g.rewards[i])
+    flat = [(ctx, resp) for g in groups for ctx, resp in ((g.start.context_ids, r) for r in g.response_ids)]
+    width = max(2, max(len(c) + len(r) for c, r in flat))
+    b = len(flat)
+    ids = np.full((b, width), pad_token_id, dtype=np.int64)
+    am = np.zeros((b, width), dtype=np.int64)
+    lm = np.zeros((b, width - 1), dtype=np.float32)
+    olp = np.zeros((b, width - 1), dtype=np.float32)
+    for k, ((ctx, resp), (_, c_len, blp)) in enumerate(zip(flat, rows)):
+        seq = ctx + resp
+        ids[k, : len(seq)] = seq
+        am[k, : len(seq)] = 1
+        if resp:
+            lm[k, c_len - 1 : c_len - 1 + len(resp)] = 1.0
+            olp[k, c_len - 1 : c_len - 1 + len(resp)] = blp
+    return TrainBatch(
+        input_ids=torch.from_numpy(ids),
+        attention_mask=torch.from_numpy(am),
+        loss_mask=torch.from_numpy(lm),
+        old_logprobs=torch.from_numpy(olp),
+        advantages=torch.tensor(adv, dtype=torch.float32),
+        weights=torch.tensor(wts, dtype=torch.float32),
+        origin=torch.tensor(org, dtype=torch.long),
+        group=torch.tensor(grp, dtype=torch.long),
+        rewards=torch.tensor(rew, dtype=torch.float32),
+    )

@@ -1,0 +1,109 @@
+"""Entry points: ``train(cfg)`` for ``vsr train`` and ``evaluate(cfg)`` for ``vsr eval`` (issue 6).
+
+``train`` validates the config (and its registry names) before any work, writes the resolved
+config to ``run_dir/config.yaml``, builds model, tokenizer, backend and task, optionally resumes
+from the latest checkpoint, and trains. Exit codes: 0 success, 1 a non-finite loss stopped the
+run (the offending batch is saved in the run directory).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llm_harness.trainer.config import EvalConfig, TrainConfig
+from vsr.atomic import write_json, write_text
+from vsr.config_io import save_config
+
+__all__ = ["build_backend", "evaluate", "train"]
+
+
+def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max_batch_sequences: int = 256) -> Any:
+    """The generation backend for ``model`` (``hf``: shares the model object; ``vllm``: a separate engine)."""
+    from llm_harness.backends import BACKENDS, HFBackend, HFBackendConfig
+
+    name = cfg.model.backend
+    pad = getattr(tokenizer, "pad_token_id", None)
+    hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad))
+    if name == "hf":
+        return hf
+    from llm_harness.backends import VLLMBackendConfig
+
+    return BACKENDS[name].from_config(VLLMBackendConfig(model=cfg.model.path), scorer=hf)
+
+
+def train(cfg: TrainConfig) -> int:
+    """Run (or resume) a training run described by ``cfg``; returns a process exit code."""
+    from llm_harness.tasks import get_task
+    from llm_harness.trainer.loop import NonFiniteLossError, Trainer, check_registries
+    from llm_harness.trainer.modeling import build_model
+
+    check_registries(cfg)
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+    run_dir = Path(cfg.run.run_dir)
+    if not cfg.run.resume and (run_dir / "checkpoints" / "latest").exists():
+        raise ValueError(
+            f"run.run_dir: {run_dir} already holds a run with checkpoints; set run.resume=true to continue it "
+            f"or choose another run_dir"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    task = get_task(cfg.task.name, **cfg.task.params)
+    model, tokenizer = build_model(cfg.model, cfg.seed)
+    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences)
+    trainer = Trainer(cfg, model=model, tokenizer=tokenizer, backend=backend, task=task)
+    try:
+        if cfg.run.resume:
+            step = trainer.resume()
+            print(f"resumed from step {step}", file=sys.stderr)
+        trainer.fit()
+    except NonFiniteLossError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        trainer.close()
+    return 0
+
+
+def evaluate(cfg: EvalConfig) -> int:
+    """Evaluate a checkpoint folder, or a run directory's latest checkpoint; writes eval.json/eval.md."""
+    from llm_harness.tasks import get_task
+    from llm_harness.trainer.checkpoint import latest_checkpoint, load_checkpoint
+    from llm_harness.trainer.evaluation import evaluate_policy, format_eval_markdown
+    from llm_harness.trainer.modeling import Codec, build_model
+    from llm_harness.trainer.rollout import SafeVerifier
+    from vsr.config_io import load_config
+
+    task = get_task(cfg.task.name, **cfg.task.params)
+    model_cfg, seed, state = cfg.model, cfg.seed, None
+    if cfg.run_dir:
+        run_cfg = load_config(TrainConfig, Path(cfg.run_dir) / "config.yaml")
+        model_cfg, seed = run_cfg.model, run_cfg.seed
+        ck = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
+        if ck is None:
+            raise ValueError(f"run_dir: no checkpoint in {cfg.run_dir}")
+        state = load_checkpoint(ck)["model"]
+    model, tokenizer = build_model(model_cfg, seed)
+    if state is not None:
+        model.load_state_dict(state)
+    model.eval()
+    backend = build_backend(model, tokenizer, cfg)
+    verifier = SafeVerifier(task, 10.0)
+    problems = list(task.problems(task.check_split(cfg.split)))[: cfg.n_problems]
+    reference = json.loads(Path(cfg.reference).read_text()) if cfg.reference else None
+    try:
+        res = evaluate_policy(backend, Codec(tokenizer), task, verifier, problems, k=cfg.k, temperature=cfg.temperature,
+                              top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, reference=reference)
+    finally:
+        verifier.close()
+    out = Path(cfg.out_dir)
+    save_config(cfg, out / "eval_config.yaml")
+    write_json(out / "eval.json", res)
+    write_text(out / "eval.md", format_eval_markdown(res))
+    print(format_eval_markdown(res))
+    return 0

@@ -1,0 +1,202 @@
+"""Policy losses as pure tensor functions, with a registry of loss aggregations (SPEC §3.1).
+
+Per token ``t`` of sample ``b`` with log-ratio ``δ = log π_θ − log π_old`` and ``ρ = exp δ``::
+
+    l1 = −A ρ,   l2 = −A clip(ρ, 1−ε_low, 1+ε_high)            (DAPO clip-higher)
+    l  = max(l1, l2)                                            (PPO pessimism)
+    l  = min(l, −c A)   where A < 0                             (dual clip, c = 10)
+    l += β · k3,  k3 = exp(r − logπ) − (r − logπ) − 1           (optional KL to reference r)
+    l *= w_b                                                    (optional per-sample weight)
+
+Aggregations (registry ``AGGREGATIONS``; uniform signature ``agg(l[B, T], mask[B, T], norm_len)``):
+
+* ``token_mean`` — Σ l·m / Σ m over the whole batch (DAPO token-level);
+* ``seq_mean_token_mean`` — mean over samples of each sample's token mean (GRPO original);
+* ``seq_mean_token_sum_norm`` — Σ l·m / (B · norm_len) (Dr. GRPO: a constant length normaliser).
+
+Matches ``theory.extra.clipped_surrogate`` (the NumPy reference): ``l = −surrogate`` wherever the
+dual clip is inactive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+__all__ = [
+    "AGGREGATIONS",
+    "PolicyLossOutput",
+    "aggregate",
+    "clip_fraction_by_origin",
+    "k3_kl",
+    "policy_loss",
+    "register_aggregation",
+    "sft_loss",
+]
+
+Aggregation = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+
+#: name -> aggregation ``agg(loss[B, T], mask[B, T], norm_len) -> scalar``.
+AGGREGATIONS: dict[str, Aggregation] = {}
+
+
+def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
+    """Decorator adding an aggregation under ``name``; duplicates are rejected."""
+
+    def deco(fn: Aggregation) -> Aggregation:
+        if name in AGGREGATIONS:
+            raise ValueError(f"name: aggregation {name!r} is already registered")
+        AGGREGATIONS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_aggregation("token_mean")
+def _token_mean(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
+    """Σ_bt l m / max(Σ_bt m, 1) (DAPO token-level aggregation)."""
+    return (loss * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+@register_aggregation("seq_mean_token_mean")
+def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
+    """mean_b [Σ_t l m / max(Σ_t m, 1)] (GRPO sequence-mean)."""
+    per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+    return per_seq.mean()
+
+
+@register_aggregation("seq_mean_token_sum_norm")
+def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
+    """Σ_bt l m / (B · norm_len) (Dr. GRPO: constant normaliser, no length bias)."""
+    return (loss * mask).sum() / (loss.shape[0] * float(norm_len))
+
+
+def aggregate(name: str, loss: torch.Tensor, mask: torch.Tensor, norm_len: float = 1.0) -> torch.Tensor:
+    """Apply the registered aggregation ``name`` to ``loss[B, T]`` under ``mask[B, T]``."""
+    if name not in AGGREGATIONS:
+        raise ValueError(f"loss_agg: unknown aggregation {name!r}; known: {sorted(AGGREGATIONS)}")
+    if loss.shape != mask.shape or loss.ndim != 2:
+        raise ValueError(f"mask: shape {tuple(mask.shape)} must equal loss shape {tuple(loss.shape)} (2-D)")
+    if not norm_len > 0:
+        raise ValueError(f"norm_len: must be > 0, got {norm_len}")
+    return AGGREGATIONS[name](loss, mask.to(loss.dtype), norm_len)
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(π_θ ‖ π_ref): ``exp(r − l) − (r − l) − 1`` ≥ 0 (Schulman's k3)."""
+    d = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
+    return torch.exp(d) - d - 1.0
+
+
+@dataclass(frozen=True)
+class PolicyLossOutput:
+    """Loss value and per-token diagnostics (all ``[B, T]`` except ``loss``)."""
+
+    loss: torch.Tensor
+    """Aggregated scalar loss (what ``backward`` is called on)."""
+    token_loss: torch.Tensor
+    """Per-token loss before aggregation."""
+    clipped: torch.Tensor
+    """Bool: the ratio clip is active (gradient cut by the trust region)."""
+    dual_clipped: torch.Tensor
+    """Bool: the dual clip bound −c A is active (A < 0, ρ > c)."""
+    kl: torch.Tensor | None
+    """Per-token k3 KL to the reference, or None without a reference."""
+    ratio: torch.Tensor
+    """Per-token ratio ρ (detached)."""
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    dual_clip: float | None = 10.0,
+    agg: str = "token_mean",
+    norm_len: float = 1.0,
+    weights: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> PolicyLossOutput:
+    """Clipped PPO surrogate (module doc). ``logprobs[B, T]``, ``old_logprobs[B, T]``, ``mask[B, T]``,
+    ``advantages[B]`` or ``[B, T]``, ``weights[B]``; SPEC §3.1 (DAPO clip-higher, dual clip)."""
+    if logprobs.ndim != 2:
+        raise ValueError(f"logprobs: expected shape [B, T], got {tuple(logprobs.shape)}")
+    for name, t in (("old_logprobs", old_logprobs), ("mask", mask)):
+        if t.shape != logprobs.shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} differs from logprobs {tuple(logprobs.shape)}")
+    if advantages.ndim == 1:
+        if advantages.shape[0] != logprobs.shape[0]:
+            raise ValueError(f"advantages: expected shape ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
+        advantages = advantages[:, None].expand_as(logprobs)
+    elif advantages.shape != logprobs.shape:
+        raise ValueError(f"advantages: expected [B] or [B, T], got {tuple(advantages.shape)}")
+    if not (0 <= eps_low < 1) or eps_high < 0:
+        raise ValueError(f"eps_low: need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(f"dual_clip: must be > 1 or None, got {dual_clip}")
+    a = advantages.to(logprobs.dtype)
+    log_ratio = (logprobs - old_logprobs.to(logprobs.dtype)).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    l1 = -a * ratio
+    l2 = -a * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(l1, l2)
+    clipped = l2 > l1
+    dual = torch.zeros_like(clipped)
+    if dual_clip is not None:
+        l3 = -a * dual_clip
+        neg = a < 0
+        dual = neg & (loss > l3)
+        loss = torch.where(neg, torch.minimum(loss, l3), loss)
+    kl = None
+    if ref_logprobs is not None:
+        if ref_logprobs.shape != logprobs.shape:
+            raise ValueError(f"ref_logprobs: shape {tuple(ref_logprobs.shape)} differs from logprobs")
+        kl = k3_kl(logprobs, ref_logprobs.to(logprobs.dtype))
+        loss = loss + kl_coef * kl
+    if weights is not None:
+        if weights.shape != (logprobs.shape[0],):
+            raise ValueError(f"weights: expected shape ({logprobs.shape[0]},), got {tuple(weights.shape)}")
+        loss = loss * weights.to(loss.dtype)[:, None]
+    m = mask.to(loss.dtype)
+    return PolicyLossOutput(
+        loss=aggregate(agg, loss, m, norm_len),
+        token_loss=loss,
+        clipped=clipped & (m > 0),
+        dual_clipped=dual & (m > 0),
+        kl=kl,
+        ratio=ratio.detach(),
+    )
+
+
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, *, agg: str = "token_mean", norm_len: float = 1.0,
+             weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Negative log-likelihood of the masked tokens, aggregated like the policy loss (SFT baseline)."""
+    if logprobs.shape != mask.shape:
+        raise ValueError(f"mask: shape {tuple(mask.shape)} differs from logprobs {tuple(logprobs.shape)}")
+    loss = -logprobs
+    if weights is not None:
+        loss = loss * weights.to(loss.dtype)[:, None]
+    return aggregate(agg, loss, mask.to(loss.dtype), norm_len)
+
+
+def clip_fraction_by_origin(clipped: torch.Tensor, mask: torch.Tensor, origin: torch.Tensor,
+                            n_origins: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(clipped_tokens[o], tokens[o])`` per origin index ``o`` (float64 counts).
+
+    ``clipped[B, T]`` bool, ``mask[B, T]``, ``origin[B]`` ints in ``[0, n_origins)``; the clip
+    fraction of origin ``o`` is ``clipped_tokens[o] / tokens[o]`` (SPEC §3.3: fresh vs replay).
+    """
+    if clipped.shape != mask.shape or origin.shape != (clipped.shape[0],):
+        raise ValueError(f"origin: expected shape ({clipped.shape[0]},) with clipped/mask of equal shape")
+    m = mask.to(torch.float64)
+    per_row_clip = (clipped.to(torch.float64) * m).sum(-1)
+    per_row_tok = m.sum(-1)
+    c = torch.zeros(n_origins, dtype=torch.float64).index_add_(0, origin, per_row_clip)
+    t = torch.zeros(n_origins, dtype=torch.float64).index_add_(0, origin, per_row_tok)
+    return c, t

@@ -1,0 +1,104 @@
+"""Per-step metrics as JSONL and CSV in the run directory (issue 6 "Runs").
+
+``metrics.jsonl`` gets one JSON object per step (appended, flushed); ``metrics.csv`` is rewritten
+whenever a new column appears (columns = union of keys in first-seen order), so both files always
+hold the same rows. On resume, rows at or after the resumed step are dropped (a killed run may
+have logged steps after its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from vsr.atomic import write_text
+
+__all__ = ["MetricsWriter", "TIMING_KEYS", "read_metrics"]
+
+#: keys that measure wall time (excluded from bit-identity comparisons)
+TIMING_KEYS = ("time_generate_s", "time_score_s", "time_train_s", "time_step_s", "time_eval_s", "steps_per_s")
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if hasattr(v, "item"):
+        return _clean(v.item())
+    return v
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` file (missing file: empty list; a torn last line is skipped)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    rows = []
+    for line in p.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class MetricsWriter:
+    """Appends step rows to ``metrics.jsonl`` and keeps ``metrics.csv`` in sync."""
+
+    def __init__(self, run_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.dir / "metrics.jsonl"
+        self.csv = self.dir / "metrics.csv"
+        self.rows: list[dict[str, Any]] = []
+        if resume_step is not None:
+            self.rows = [r for r in read_metrics(self.jsonl) if r.get("step", -1) < resume_step]
+        write_text(self.jsonl, "".join(json.dumps(r) + "\n" for r in self.rows))
+        self.columns: list[str] = []
+        for r in self.rows:
+            self._extend(r)
+        self._write_csv()
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.dir / "tensorboard"))
+
+    def _extend(self, row: Mapping[str, Any]) -> bool:
+        new = [k for k in row if k not in self.columns]
+        self.columns.extend(new)
+        return bool(new)
+
+    def _write_csv(self) -> None:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self.columns, extrasaction="ignore")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow(r)
+        write_text(self.csv, buf.getvalue())
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        """Append one step's metrics (non-finite floats become null)."""
+        row = {k: _clean(v) for k, v in row.items()}
+        self.rows.append(row)
+        with open(self.jsonl, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+        if self._extend(row):
+            self._write_csv()
+        else:
+            with open(self.csv, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore").writerow(row)
+        if self._tb is not None:
+            step = int(row.get("step", len(self.rows)))
+            for k, v in row.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        """Flush the optional tensorboard writer."""
+        if self._tb is not None:
+            self._tb.close()

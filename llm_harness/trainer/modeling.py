@@ -1,0 +1,153 @@
+"""Model and tokenizer loading for the trainer, and the training forward pass (SPEC §3.1).
+
+* :class:`CharTokenizer` — a dependency-free character tokenizer over the step-arithmetic
+  alphabet (``0 <pad>``, ``1 <eos>``, then one id per character), for random tiny models in tests
+  and smoke runs (the shipped test-bed models carry their own transformers tokenizer).
+* :class:`Codec` — ``encode(text)`` / ``decode(ids)`` over either tokenizer kind.
+* :func:`sequence_logprobs` — per-token log-probs (and full-vocabulary entropies) of the
+  masked target positions under the current policy, through the backend's chunked head
+  (``llm_harness.backends.scoring``), with autograd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from llm_harness.backends.scoring import chunked_logprobs_entropy, rows_per_chunk
+from llm_harness.tasks import ALPHABET
+from llm_harness.trainer.config import ModelConfig
+
+__all__ = ["CharTokenizer", "Codec", "build_model", "sequence_logprobs"]
+
+
+class CharTokenizer:
+    """One id per character of ``alphabet``; ids 0 and 1 are ``<pad>`` and ``<eos>``."""
+
+    pad_token_id = 0
+    eos_token_id = 1
+    chat_template = None
+
+    def __init__(self, alphabet: str = ALPHABET):
+        self.alphabet = alphabet
+        self._id = {c: i + 2 for i, c in enumerate(alphabet)}
+        self.vocab_size = len(alphabet) + 2
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of ``text`` (unknown characters raise ValueError)."""
+        try:
+            return [self._id[c] for c in text]
+        except KeyError as exc:
+            raise ValueError(f"text: character {exc.args[0]!r} not in the tokenizer alphabet") from None
+
+    def decode_ids(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (``<pad>``/``<eos>`` rendered as ``\\x00``/``\\x01`` so they never vanish)."""
+        return "".join(self.alphabet[i - 2] if i >= 2 else chr(i) for i in ids)
+
+
+@dataclass(frozen=True)
+class Codec:
+    """Text <-> ids for a :class:`CharTokenizer` or a transformers tokenizer."""
+
+    tokenizer: Any
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        """Token ids of ``text`` without special tokens."""
+        tok = self.tokenizer
+        if hasattr(tok, "encode_text"):
+            return tuple(tok.encode_text(text))
+        return tuple(tok(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens kept as text."""
+        tok = self.tokenizer
+        if hasattr(tok, "decode_ids"):
+            return tok.decode_ids(list(ids))
+        return tok.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    @property
+    def pad_token_id(self) -> int:
+        """Padding id (falls back to EOS)."""
+        tok = self.tokenizer
+        pid = getattr(tok, "pad_token_id", None)
+        if pid is None:
+            pid = getattr(tok, "eos_token_id", None)
+        if pid is None:
+            raise ValueError("tokenizer: defines neither a pad nor an EOS token")
+        return int(pid)
+
+
+def build_model(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a checkpoint folder, or a random tiny Qwen2 with :class:`CharTokenizer`."""
+    import transformers
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.dtype]
+    device = cfg.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.random_init:
+        tok = CharTokenizer()
+        mcfg = transformers.Qwen2Config(
+            vocab_size=tok.vocab_size,
+            hidden_size=cfg.hidden_size,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            num_key_value_heads=max(1, cfg.num_heads // 2) if cfg.num_heads % 2 == 0 else cfg.num_heads,
+            intermediate_size=2 * cfg.hidden_size,
+            max_position_embeddings=cfg.max_context,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.eos_token_id,
+            tie_word_embeddings=True,
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = transformers.Qwen2ForCausalLM(mcfg)
+        model.generation_config.eos_token_id = tok.eos_token_id
+        return model.to(device=device, dtype=dtype), tok
+    from pathlib import Path
+
+    path = Path(cfg.path)
+    if not path.is_absolute() and not path.exists():
+        # a repository-relative path (configs/ name checkpoints as llm_harness/testbed/...)
+        alt = Path(__file__).resolve().parents[2] / path
+        path = alt if alt.exists() else path
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model.path: {cfg.path!r} is not a saved model folder (no config.json)")
+    kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **{kw: dtype}).to(device)
+    tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model, tok
+
+
+def sequence_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    with_entropy: bool = True,
+    chunk_bytes: int = 64 * 2**20,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logprobs[B, L-1], entropies[B, L-1] | None)`` of targets ``input_ids[:, 1:]``, filled only
+    where ``loss_mask`` is 1 (0 elsewhere). Only masked positions go through the output head."""
+    decoder = model.get_decoder()
+    head = model.get_output_embeddings()
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    sel = loss_mask > 0
+    h = hidden[sel]
+    y = input_ids[:, 1:][sel]
+    chunk = rows_per_chunk(int(head.weight.shape[0]), chunk_bytes, truncated=top_p < 1.0)
+    lp, ent = chunked_logprobs_entropy(
+        h, head, y, chunk_size=chunk, temperature=temperature, top_p=top_p, with_entropy=with_entropy, checkpoint=False
+    )
+    out = torch.zeros(loss_mask.shape, dtype=lp.dtype, device=lp.device)
+    out = out.masked_scatter(sel, lp)
+    ent_out = None
+    if ent is not None:
+        ent_out = torch.zeros(loss_mask.shape, dtype=ent.dtype, device=ent.device).masked_scatter(sel, ent.detach())
+    return out, ent_out

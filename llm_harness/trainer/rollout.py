@@ -1,0 +1,221 @@
+"""Generation and verification of rollout groups (SPEC §3.1, §3.6).
+
+* :func:`derive_seed` — a fresh, deterministic sampling seed per (run seed, step, round, call).
+* :class:`SafeVerifier` — ``task.verify`` under a deadline; an exception or a timeout gives
+  reward 0 and is counted (never a crash).
+* ``COLLECTORS`` — how a list of start states becomes rollout groups: ``generate`` (policy
+  samples through the backend; a fixed prefix counts against the response budget) and ``expert``
+  (the task's expert solution as the single sample: the SFT baseline's data, same pipeline).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from llm_harness.backends import SamplingParams, continuation_budget
+from llm_harness.tasks import ParseStatus, Problem, Task, VerifyResult
+from llm_harness.trainer.data import RolloutGroup, StartState
+
+__all__ = ["COLLECTORS", "SafeVerifier", "collect", "derive_seed", "merge_groups", "register_collector"]
+
+
+def derive_seed(*parts: int) -> int:
+    """A seed in ``[0, 2**31)`` from integers (BLAKE2b of their decimal forms)."""
+    h = hashlib.blake2b(",".join(str(int(p)) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") % (2**31 - 1)
+
+
+class SafeVerifier:
+    """``task.verify`` with a deadline and exception capture; counts failures in ``errors``/``timeouts``.
+
+    With ``timeout_s > 0`` verifications run on a small thread pool and a result not ready by the
+    deadline becomes ``VerifyResult(0, TIMEOUT)`` (the worker thread is abandoned, not killed: a
+    grader that never returns keeps one pool thread busy). Tasks with their own isolation (the
+    math task's subprocess runner) are unaffected.
+    """
+
+    def __init__(self, task: Task, timeout_s: float = 10.0, workers: int = 2, warn: Callable[[str], None] | None = None):
+        self.task = task
+        self.timeout_s = float(timeout_s)
+        self.errors = 0
+        self.timeouts = 0
+        self.warn = warn or (lambda msg: None)
+        self._pool = cf.ThreadPoolExecutor(max_workers=workers) if self.timeout_s > 0 else None
+
+    def _one(self, problem: Problem, text: str) -> VerifyResult:
+        return self.task.verify(problem, text)
+
+    def _error(self, problem: Problem, exc: BaseException) -> VerifyResult:
+        self.errors += 1
+        self.warn(f"verify raised for problem {problem.id!r}: {type(exc).__name__}: {exc}")
+        return VerifyResult(0.0, ParseStatus.ERROR, detail=f"{type(exc).__name__}: {exc}")
+
+    def verify_many(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[VerifyResult]:
+        """Verify ``texts[i]`` against ``problems[i]``; never raises for grader failures."""
+        if self._pool is None:
+            out = []
+            for p, t in zip(problems, texts):
+                try:
+                    out.append(self._one(p, t))
+                except Exception as exc:  # noqa: BLE001 - any grader failure is reward 0
+                    out.append(self._error(p, exc))
+            return out
+        futs = [self._pool.submit(self._one, p, t) for p, t in zip(problems, texts)]
+        out = []
+        for p, f in zip(problems, futs):
+            try:
+                out.append(f.result(timeout=self.timeout_s))
+            except cf.TimeoutError:
+                self.timeouts += 1
+                self.warn(f"verify timed out after {self.timeout_s}s for problem {p.id!r}")
+                out.append(VerifyResult(0.0, ParseStatus.TIMEOUT, timed_out=True, detail="trainer deadline"))
+            except Exception as exc:  # noqa: BLE001
+                out.append(self._error(p, exc))
+        return out
+
+    def close(self) -> None:
+        """Shut the pool down without waiting for abandoned workers."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class CollectStats:
+    """Accounting of one collection round."""
+
+    new_tokens: int = 0
+    """Generated tokens (responses only, every sample)."""
+    prompt_instances: int = 0
+    """States generated from (each (state, round) once)."""
+    samples: int = 0
+    """Samples drawn."""
+
+
+Collector = Callable[..., tuple[list[RolloutGroup], CollectStats]]
+#: name -> collector(states, *, step, round, ctx) -> (groups, stats)
+COLLECTORS: dict[str, Collector] = {}
+
+
+def register_collector(name: str) -> Callable[[Collector], Collector]:
+    """Decorator adding a collector; duplicates are rejected."""
+
+    def deco(fn: Collector) -> Collector:
+        if name in COLLECTORS:
+            raise ValueError(f"name: collector {name!r} is already registered")
+        COLLECTORS[name] = fn
+        return fn
+
+    return deco
+
+
+def _completion_text(ctx: Any, prefix: Sequence[int], sample_ids: Sequence[int], stopped: bool) -> str:
+    ids = list(prefix) + list(sample_ids[:-1] if stopped and sample_ids else sample_ids)
+    return ctx.codec.decode(ids)
+
+
+@register_collector("generate")
+def generate_groups(states: Sequence[StartState], *, step: int, round: int, ctx: Any) -> tuple[list[RolloutGroup], CollectStats]:
+    """Sample ``n`` (state's own or G) continuations of every state, verify prefix + continuation
+    against the state's own problem (SPEC §3.4), and return one group per state (input order)."""
+    cfg = ctx.config.rollout
+    buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, s in enumerate(states):
+        n = s.n if s.n is not None else cfg.group_size
+        budget = continuation_budget(len(s.prefix_ids), cfg.max_new_tokens)
+        buckets[(n, budget)].append(i)
+    samples: list[list[Any] | None] = [None] * len(states)
+    for call, ((n, budget), idx) in enumerate(sorted(buckets.items())):
+        sp = SamplingParams(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=budget,
+            seed=derive_seed(ctx.config.seed, step, round, call),
+        )
+        res = ctx.backend.generate([list(states[i].context_ids) for i in idx], n, sp)
+        for i, r in zip(idx, res):
+            samples[i] = r
+    problems, texts = [], []
+    for s, ss in zip(states, samples):
+        for smp in ss:
+            problems.append(s.problem)
+            texts.append(_completion_text(ctx, s.prefix_ids, smp.token_ids, smp.finish_reason == "stop"))
+    results = ctx.verifier.verify_many(problems, texts)
+    stats = CollectStats(prompt_instances=len(states))
+    groups, k = [], 0
+    for s, ss in zip(states, samples):
+        vr = results[k : k + len(ss)]
+        k += len(ss)
+        stats.samples += len(ss)
+        stats.new_tokens += sum(len(x.token_ids) for x in ss)
+        groups.append(
+            RolloutGroup(
+                start=s,
+                response_ids=[x.token_ids for x in ss],
+                behaviour_logprobs=[np.asarray(x.sampling_logprobs) for x in ss],
+                rewards=np.array([v.reward for v in vr]),
+                birth_step=step,
+                verify=list(vr),
+                finish_reasons=[x.finish_reason for x in ss],
+            )
+        )
+    return groups, stats
+
+
+@register_collector("expert")
+def expert_groups(states: Sequence[StartState], *, step: int, round: int, ctx: Any) -> tuple[list[RolloutGroup], CollectStats]:
+    """One sample per state: the problem's expert solution followed by EOS (SFT baseline data).
+
+    Behaviour log-probs are 0 (unused by the ``sft`` objective); the solution is verified like a
+    policy sample, so a broken expert solution shows up as reward 0 in the metrics.
+    """
+    eos = getattr(ctx.codec.tokenizer, "eos_token_id", None)
+    groups = []
+    texts = [s.problem.solution for s in states]
+    for s, t in zip(states, texts):
+        if t is None:
+            raise ValueError(f"problem: {s.problem.id!r} has no expert solution (collector 'expert')")
+    results = ctx.verifier.verify_many([s.problem for s in states], texts)
+    for s, t, vr in zip(states, texts, results):
+        ids = tuple(ctx.codec.encode(t)) + ((int(eos),) if eos is not None else ())
+        ids = ids[: ctx.config.rollout.max_new_tokens]
+        groups.append(
+            RolloutGroup(s, [ids], [np.zeros(len(ids))], np.array([vr.reward]), step, verify=[vr], finish_reasons=["stop"])
+        )
+    return groups, CollectStats(new_tokens=0, prompt_instances=len(states), samples=len(states))
+
+
+def merge_groups(groups: Sequence[RolloutGroup]) -> list[RolloutGroup]:
+    """Merge groups with equal start-state ``key`` and birth step (first occurrence keeps its place)."""
+    out: list[RolloutGroup] = []
+    where: dict[tuple, int] = {}
+    for g in groups:
+        k = (g.start.key, g.start.origin, g.birth_step)
+        if k in where and g.advantages is None and out[where[k]].advantages is None:
+            a = out[where[k]]
+            out[where[k]] = RolloutGroup(
+                a.start,
+                a.response_ids + g.response_ids,
+                a.behaviour_logprobs + g.behaviour_logprobs,
+                np.concatenate([a.rewards, g.rewards]),
+                a.birth_step,
+                verify=list(a.verify) + list(g.verify),
+                finish_reasons=list(a.finish_reasons) + list(g.finish_reasons),
+                info={**a.info, **g.info},
+            )
+        else:
+            where[k] = len(out)
+            out.append(g)
+    return out
+
+
+def collect(states: Sequence[StartState], *, step: int, round: int, ctx: Any) -> tuple[list[RolloutGroup], CollectStats]:
+    """Dispatch to the configured collector (``config.algo.collector``)."""
+    if not states:
+        return [], CollectStats()
+    return COLLECTORS[ctx.config.algo.collector](states, step=step, round=round, ctx=ctx)

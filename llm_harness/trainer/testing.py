@@ -1,0 +1,66 @@
+"""Small helpers for tests and benchmarks of the trainer: a learnable toy task and tiny configs.
+
+:class:`ToyTask` reuses the step-arithmetic problems but rewards a completion whose first
+character is in ``good`` (default the digits 0-4) — a random tiny model gets mixed groups from
+the first step, so the loop's update path is exercised without a trained checkpoint. Modes
+``"raise"`` / ``"sleep"`` make the grader fail or hang on problems whose id hashes to the chosen
+fraction (fault-injection tests).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from llm_harness.tasks import ParseStatus, Problem, VerifyResult
+from llm_harness.tasks.base import stable_unit_hash
+from llm_harness.tasks.step_arith import StepArithConfig, StepArithTask
+from llm_harness.trainer.config import (
+    AlgoConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    RunConfig,
+    TaskConfig,
+    TrainConfig,
+)
+
+__all__ = ["ToyTask", "tiny_config"]
+
+
+class ToyTask(StepArithTask):
+    """Step-arithmetic prompts; reward 1 iff the completion starts with a character in ``good``."""
+
+    name = "toy_first_char"
+
+    def __init__(self, good: str = "01234", mode: str = "ok", fault_fraction: float = 0.0, sleep_s: float = 0.0,
+                 n_train: int = 200):
+        super().__init__(StepArithConfig(n_train=n_train, n_validation=32, n_test=32, n_hard=8, max_terms=3))
+        self.good = good
+        self.mode = mode
+        self.fault_fraction = fault_fraction
+        self.sleep_s = sleep_s
+
+    def verify(self, problem: Problem, completion: str) -> VerifyResult:
+        if self.mode != "ok" and stable_unit_hash(problem.id, "fault") < self.fault_fraction:
+            if self.mode == "raise":
+                raise RuntimeError("injected grader failure")
+            time.sleep(self.sleep_s)
+        ok = bool(completion) and completion[0] in self.good
+        return VerifyResult(1.0 if ok else 0.0, ParseStatus.OK, extracted=completion[:1])
+
+
+def tiny_config(run_dir: str, **over: Any) -> TrainConfig:
+    """A few-second CPU run on a random tiny Qwen2 (override sections with keyword dataclasses)."""
+    base = TrainConfig(
+        seed=0,
+        steps=4,
+        model=ModelConfig(random_init=True, hidden_size=32, num_layers=2, num_heads=4, max_context=64),
+        task=TaskConfig(name="step_arith", params={"n_train": 200}),
+        rollout=RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, verify_timeout_s=0.0),
+        algo=AlgoConfig(),
+        optim=OptimConfig(lr=3e-3),
+        run=RunConfig(run_dir=run_dir, checkpoint_every=1, progress=False),
+    )
+    return replace(base, **over)

@@ -1,0 +1,67 @@
+"""Smoke test of benchmarks/exact_sweep.py in quick mode (``vsr bench exact``)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gridworld import exact
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("exact_sweep_bench", ROOT / "benchmarks" / "exact_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_run_writes_csv_summary_and_config(tmp_path, capsys, force_parallel):
+    mod = _load()
+    out = tmp_path / "bench" / "exact.csv"
+    cfg = mod.ExactSweepConfig(quick=True, measure_compile=False, progress=False, out=str(out))
+    assert mod.run(cfg) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert list(rows[0]) == list(mod.COLUMNS)
+    assert len(rows) == 2 * 2 * 2 * 4  # families x sizes x inits x backends
+    assert {r["backend"] for r in rows} == {"numba_parallel", "numba_serial", "numpy", "scipy"}
+    for r in rows:
+        assert float(r["max_abs_err_vs_numpy"]) <= 1e-10
+        assert float(r["sweep_s"]) > 0 and float(r["fraction_of_bandwidth"]) > 0
+        if r["backend"] == "numpy":
+            assert float(r["speedup_vs_numpy"]) == 1.0
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["bandwidth_Bps"] > 0 and summary["threads"] >= 1
+    assert summary["grid_target_consistent"] is True
+    assert (tmp_path / "bench" / "exact_config.yaml").exists()
+    printed = capsys.readouterr().out
+    assert "x numpy" in printed and "all exact quantities" in printed
+
+
+def test_mismatch_is_caught_before_timing(monkeypatch):
+    mod = _load()
+    good = exact.BACKENDS["scipy"]
+
+    def wrong_backward(kern, ti, tr, H):
+        p = good.backward(kern, ti, tr, H)
+        p[0, 0] += 1e-6
+        return p
+
+    monkeypatch.setitem(exact.BACKENDS, "scipy", dataclasses.replace(good, backward=wrong_backward))
+    cfg = mod._quick(mod.ExactSweepConfig(families=("random",), inits=("point",), progress=False))
+    with pytest.raises(RuntimeError, match="scipy disagrees"):
+        mod.run_rows(cfg, bandwidth_Bps=1e10)
+
+
+def test_sweep_bytes_model():
+    mod = _load()
+    # 2H mat-vecs, each: values + int32 indices, row pointers, read x, write y.
+    assert mod.sweep_bytes(10, 30, 4) == 2 * 4 * (30 * 12 + 11 * 4 + 160)

@@ -1,0 +1,119 @@
+"""Entry points: configs in configs/ load and validate; ``train`` + ``evaluate`` end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm_harness.trainer.config import EvalConfig, ModelConfig, TrainConfig
+from llm_harness.trainer.entry import evaluate, train
+from llm_harness.trainer.loop import check_registries
+from llm_harness.trainer.metrics import read_metrics
+from vsr.config_io import load_config, save_config
+
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("testbed_*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_load_and_name_registered_entries(path):
+    cfg = load_config(TrainConfig, path)
+    check_registries(cfg)
+    assert cfg.rollout.prompts_per_step >= 1
+
+
+def test_train_then_evaluate_end_to_end(tmp_path):
+    torch.set_num_threads(1)
+    yaml = tmp_path / "cfg.yaml"
+    yaml.write_text(f"""
+seed: 1
+steps: 3
+model: {{random_init: true, hidden_size: 32, num_layers: 1, num_heads: 4, max_context: 64}}
+task: {{name: step_arith, params: {{n_train: 100, n_validation: 16, n_test: 16, n_hard: 4, max_terms: 3}}}}
+rollout: {{prompts_per_step: 2, group_size: 2, max_new_tokens: 8, verify_timeout_s: 0.0}}
+validation: {{every: 3, n_problems: 4, k: 2}}
+run: {{run_dir: {tmp_path / 'run'}, checkpoint_every: 2, progress: false}}
+""")
+    cfg = load_config(TrainConfig, yaml)
+    assert train(cfg) == 0
+    run = tmp_path / "run"
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "val_avg_at_2" in rows[-1] and "gen_new_tokens" in rows[0] and "time_generate_s" in rows[0]
+    assert (run / "metrics.csv").read_text().count("\n") == 4
+    assert load_config(TrainConfig, run / "config.yaml") == cfg
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000003"
+    ecfg = EvalConfig(run_dir=str(run), task=cfg.task, split="test", n_problems=4, k=2, max_new_tokens=8,
+                      out_dir=str(tmp_path / "eval"))
+    assert evaluate(ecfg) == 0
+    res = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert res["n_problems"] == 4 and 0.0 <= res["avg_at_k"] <= 1.0 and set(res["pass_at"]) == {"1", "2"}
+    # a fresh run into a used run directory is refused; a resumed run with everything done
+    # does nothing more and keeps the metrics
+    with pytest.raises(ValueError, match="run.run_dir"):
+        train(cfg)
+    save_config(cfg, yaml)
+    from dataclasses import replace
+
+    assert train(replace(cfg, run=replace(cfg.run, resume=True))) == 0
+    assert len(read_metrics(run / "metrics.jsonl")) == 3
+
+
+def test_model_path_missing_is_a_clear_error(tmp_path):
+    from llm_harness.trainer.modeling import build_model
+
+    with pytest.raises(ValueError, match="model.path"):
+        build_model(ModelConfig(path=str(tmp_path / "nope")), 0)
+
+
+class _FixedBackend:
+    """Returns scripted samples: problem i gets completions whose correctness pattern is known."""
+
+    def __init__(self, codec, task, problems, pattern):
+        self.codec, self.task, self.problems, self.pattern = codec, task, problems, pattern
+
+    def generate(self, prompts, n, sp):
+        from llm_harness.backends import Sample
+
+        out = []
+        for ids in prompts:
+            i = next(j for j, p in enumerate(self.problems) if list(self.codec.encode(self.task.plain_prompt(p))) == list(ids))
+            row = []
+            for j in range(n):
+                p = self.problems[i]
+                text = p.solution if self.pattern[i][j] else "0+0=0\nA:" + str(int(p.answer) + 1)
+                toks = tuple(self.codec.encode(text)) + (1,)
+                row.append(Sample(toks, tuple(-0.1 for _ in toks), "stop"))
+            out.append(row)
+        return out
+
+
+def test_evaluate_policy_metrics_on_scripted_samples():
+    from llm_harness.tasks import get_task
+    from llm_harness.trainer.evaluation import evaluate_policy, format_eval_markdown
+    from llm_harness.trainer.modeling import CharTokenizer, Codec
+    from llm_harness.trainer.rollout import SafeVerifier
+
+    task = get_task("step_arith", n_train=10, n_validation=4, n_test=4, n_hard=2, max_terms=3)
+    probs = list(task.problems("validation"))[:3]
+    pattern = [[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+    codec = Codec(CharTokenizer())
+    be = _FixedBackend(codec, task, probs, pattern)
+    ref = {"avg_at_k": 0.25, "length_mean": 20.0}
+    res = evaluate_policy(be, codec, task, SafeVerifier(task, 0), probs, k=4, temperature=1.0, reference=ref)
+    assert res["avg_at_k"] == pytest.approx(5 / 12)
+    assert res["pass_at"][1] == pytest.approx(5 / 12)
+    assert res["pass_at"][4] == pytest.approx(2 / 3)
+    assert res["pass_at"][2] == pytest.approx((0.5 + 1 + 0) / 3)  # 1 - C(3,2)/C(4,2) = 1/2 for one correct of 4
+    assert res["self_bleu_4"] is not None and 0 <= res["distinct_4"] <= 1
+    assert "aes" in res and "avg@4" in format_eval_markdown(res)
+
+
+def test_training_curve_figure_quick(tmp_path):
+    from llm_harness.trainer.figures import make_training_curve_figure
+
+    png = make_training_curve_figure(tmp_path, quick=True)
+    assert png.is_file() and (tmp_path / "training_curve.pdf").is_file()
+    assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
