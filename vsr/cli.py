@@ -46,6 +46,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "testbed eval": CommandSpec("llm_harness.testbed.evaluate:evaluate", "Accuracy of a test-bed model by number of terms, with CIs."),
     "gridworld figure2": CommandSpec("gridworld.figures:figure2", "VSR Figure 2: d, sigma, mu_var heatmaps over training, learning curves, curriculum."),
     "gridworld compare": CommandSpec("gridworld.figures:compare", "Policy-gradient learners with states from d, mu_var (IS / GRPO form), mu_eps, uniform."),
+    "gridworld svmd": CommandSpec("gridworld.svmd_experiment:run", "SVMD (VSR App. C) with exact and sampled critics against the Thm C.5 bound."),
     "bench exact": CommandSpec("benchmarks.exact_sweep:run", "Exact occupancy/value sweeps: Numba parallel/serial vs NumPy vs scipy, vs bandwidth."),
     "bench generation": CommandSpec(
         "benchmarks.generation:run", "HF backend tokens/s vs model.generate, and the cost of exact entropies."
