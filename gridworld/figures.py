@@ -232,3 +232,11 @@ def make_figure2(out_dir: Path, quick: bool = False) -> int:
     if quick:
         cfg = dataclasses.replace(cfg, seeds=(0,), updates=20, snapshots=(0, 10, 20))
     return figure2(cfg)
+
+
+def make_compare_figure(out_dir: Path, quick: bool = False) -> int:
+    """Entry for ``vsr figures``: every estimator, 3 seeds (1 seed and 10 updates when ``quick``)."""
+    pg = dataclasses.replace(PGConfig(), seeds=(0, 1, 2))
+    if quick:
+        pg = dataclasses.replace(pg, seeds=(0,), updates=10, exact_every=5)
+    return compare(CompareConfig(out=Path(out_dir), pg=pg))

@@ -82,3 +82,52 @@ def test_figure2_and_compare_quick(tmp_path):
     assert all(m in text for m in pg.methods)
     with pytest.raises(ValueError, match=r"^snapshots"):
         figure2(Figure2Config(out=Path(tmp_path / "bad"), updates=5, snapshots=(0, 10), progress=False))
+
+
+@pytest.mark.parametrize("method", ["on_policy", "mu_var_is"])
+def test_measured_variance_matches_exact_lemma_b1_on_the_real_policy(method):
+    """Mean of ||x_i - E x||^2 over n sampled per-sample gradients equals the exact V(mu; r_bar)
+    (Lemma B.1 on the real MLP policy); Bernstein radius from the exact law of that statistic,
+    enumerated over every (t, s, a, r) outcome, at false-failure 1e-6."""
+    from gridworld.pg_experiment import _exact_variance
+    from theory.concentration import bernstein_radius
+
+    cfg = PGConfig(horizon=16)
+    grid = make_grid(cfg)
+    mdp = grid.mdp
+    x = encode_states(mdp.n_states, "onehot")
+    model = make_mlp_policy(x.shape[1], 4, seed=2)
+    pi = policy_table(model, x)
+    sol = solve(mdp, pi, eps=cfg.eps, backend="numba_serial")
+    g = mlp_score_vectors(model, x)
+    est = ESTIMATORS[method]
+    mu = est.proposal(sol)
+    H, S = mu.shape
+    t_all, s_all = np.nonzero(mu > 0)
+    w_all = est.weight(sol, t_all, s_all, mu)
+    # exact law of the per-sample vector: outcomes (t, s, a, r)
+    probs, vecs = [], []
+    for t, s, w in zip(t_all, s_all, w_all):
+        for a in range(4):
+            for r in (0.0, 1.0):
+                pr = mu[t, s] * pi[s, a] * (sol.q[t, s, a] if r else 1 - sol.q[t, s, a])
+                if pr > 0:
+                    probs.append(pr)
+                    vecs.append(w * (r - sol.p[t, s]) * g[s, a])
+    probs, vecs = np.array(probs), np.array(vecs)
+    mean = probs @ vecs
+    X = np.sum((vecs - mean) ** 2, axis=1)
+    V = float(probs @ X)
+    assert V == pytest.approx(_exact_variance(sol, pi, g, method), rel=1e-9)
+    n = 300_000
+    t_rad = bernstein_radius(n, float(probs @ (X - V) ** 2), float(np.max(np.abs(X - V))), 1e-6)
+    rng = np.random.default_rng(11)
+    flat = rng.choice(H * S, size=n, p=mu.ravel() / mu.sum())
+    t, s = np.divmod(flat, S)
+    a = (rng.random(n)[:, None] > np.cumsum(pi[s], axis=1)).sum(axis=1).clip(max=3)
+    r = (rng.random(n) < sol.q[t, s, a]).astype(float)
+    c = est.weight(sol, t, s, mu) * (r - sol.p[t, s])
+    # ||c g - m||^2 = c^2 ||g||^2 - 2 c g.m + ||m||^2, without materialising n x P vectors
+    Hn, gm = (g**2).sum(axis=2), g @ mean
+    stat = c**2 * Hn[s, a] - 2 * c * gm[s, a] + float(mean @ mean)
+    assert abs(stat.mean() - V) < t_rad
