@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile(
     "ci",
     derandomize=True,
+    database=None,
     max_examples=60,
     deadline=None,
     print_blob=True,

@@ -206,7 +206,7 @@ def conditional_gradient_scale(pi, H, r_probs) -> tuple[np.ndarray, np.ndarray]:
     joint = np.einsum("sa,sak->sk", pi, p)
     num = np.einsum("sa,sa,sak->sk", pi, H, p)
     G = np.full_like(joint, np.nan)
-    pos = joint > 0
+    pos = joint > np.finfo(np.float64).tiny  # subnormal probabilities carry no precision
     G[pos] = num[pos] / joint[pos]
     return G, joint
 
@@ -229,7 +229,7 @@ def gradient_scale_report(d, pi, H, r_probs, *, rtol: float = 1e-9) -> GradientS
     pi = _policy(pi, d.shape[0])
     G, joint = conditional_gradient_scale(pi, H, r_probs)
     G_state = np.einsum("sa,sa->s", pi, _pair(H, pi, "H"))
-    dev = np.where(joint > 0, np.abs(np.nan_to_num(G) - G_state[:, None]), 0.0)
+    dev = np.where(np.isfinite(G), np.abs(np.nan_to_num(G) - G_state[:, None]), 0.0)
     dev = np.where(d[:, None] > 0, dev, 0.0)
     b3 = float(dev.max()) if dev.size else 0.0
     live = G_state[d > 0]

@@ -11,7 +11,9 @@ from theory.instances import FiniteProblem, build_problem
 
 
 def floats(lo: float, hi: float):
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, width=64)
+    # no subnormals: probabilities like 5e-324 lose all precision (p(1-p) underflows to 0 while
+    # p itself does not), which breaks identities at rounding level and says nothing about the maths
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False, width=64)
 
 
 @st.composite
