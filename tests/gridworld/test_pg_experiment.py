@@ -37,18 +37,21 @@ def test_learners_are_deterministic_and_share_the_init():
     assert set(a[0].exact_V) == {0, 3}
 
 
+def _real_policy(horizon: int, seed: int):
+    """Default map, an MLP at init: (pi, exact solution, exact score vectors g[s, a, P])."""
+    cfg = PGConfig(horizon=horizon)
+    mdp = make_grid(cfg).mdp
+    x = encode_states(mdp.n_states, "onehot")
+    model = make_mlp_policy(x.shape[1], 4, seed=seed)
+    pi = policy_table(model, x)
+    return pi, solve(mdp, pi, eps=cfg.eps, backend="numba_serial"), mlp_score_vectors(model, x)
+
+
 @pytest.mark.parametrize("method", ["on_policy", "mu_var_is", "mu_eps_is"])
 def test_estimators_are_unbiased_on_the_real_policy(method):
     """Project the per-sample estimates on grad J: the mean over n draws matches ||grad J|| / z_d
     within a Hoeffding radius (false-failure 1e-6) built from the exact range of the projection."""
-    cfg = PGConfig(horizon=24)
-    grid = make_grid(cfg)
-    mdp = grid.mdp
-    x = encode_states(mdp.n_states, "onehot")
-    model = make_mlp_policy(x.shape[1], 4, seed=0)
-    pi = policy_table(model, x)
-    sol = solve(mdp, pi, eps=cfg.eps, backend="numba_serial")
-    g = mlp_score_vectors(model, x)
+    pi, sol, g = _real_policy(horizon=24, seed=0)
     rp = real_policy_problem(sol.d, sol.p, sol.q, pi, g)
     grad = rp.problem.grad
     u = grad / np.linalg.norm(grad)
@@ -92,14 +95,7 @@ def test_measured_variance_matches_exact_lemma_b1_on_the_real_policy(method):
     from gridworld.pg_experiment import _exact_variance
     from theory.concentration import bernstein_radius
 
-    cfg = PGConfig(horizon=16)
-    grid = make_grid(cfg)
-    mdp = grid.mdp
-    x = encode_states(mdp.n_states, "onehot")
-    model = make_mlp_policy(x.shape[1], 4, seed=2)
-    pi = policy_table(model, x)
-    sol = solve(mdp, pi, eps=cfg.eps, backend="numba_serial")
-    g = mlp_score_vectors(model, x)
+    pi, sol, g = _real_policy(horizon=16, seed=2)
     est = ESTIMATORS[method]
     mu = est.proposal(sol)
     H, S = mu.shape
