@@ -40,6 +40,20 @@ PARALLEL_MIN_WORK = 200_000
 
 
 @nb.njit(inline="always", **_JIT)
+def _sorted_copy(indices, lo, hi):
+    """``indices[lo:hi]`` sorted by insertion sort (rows are short: at most ``A*K`` entries)."""
+    buf = indices[lo:hi].copy()
+    for i in range(1, buf.size):
+        v = buf[i]
+        j = i - 1
+        while j >= 0 and buf[j] > v:
+            buf[j + 1] = buf[j]
+            j -= 1
+        buf[j + 1] = v
+    return buf
+
+
+@nb.njit(inline="always", **_JIT)
 def _row_dot(indptr, indices, vals, x, i):
     """``Σ_k vals[k] x[indices[k]]`` over row ``i`` (unsigned loop: no wraparound branches)."""
     k = np.uint64(indptr[i])
@@ -69,14 +83,7 @@ def _make_graph_structure(parallel: bool):
         for s in rng(n_states):
             lo = indptr[s * n_actions]
             hi = indptr[(s + 1) * n_actions]
-            buf = indices[lo:hi].copy()
-            for i in range(1, buf.size):
-                v = buf[i]
-                j = i - 1
-                while j >= 0 and buf[j] > v:
-                    buf[j + 1] = buf[j]
-                    j -= 1
-                buf[j + 1] = v
+            buf = _sorted_copy(indices, lo, hi)
             u = 1
             for i in range(1, buf.size):
                 if buf[i] != buf[i - 1]:
@@ -89,14 +96,7 @@ def _make_graph_structure(parallel: bool):
         for s in rng(n_states):
             lo = indptr[s * n_actions]
             hi = indptr[(s + 1) * n_actions]
-            buf = indices[lo:hi].copy()
-            for i in range(1, buf.size):
-                v = buf[i]
-                j = i - 1
-                while j >= 0 and buf[j] > v:
-                    buf[j + 1] = buf[j]
-                    j -= 1
-                buf[j + 1] = v
+            buf = _sorted_copy(indices, lo, hi)
             base = c_indptr64[s]
             m = 0
             for i in range(buf.size):
