@@ -199,6 +199,13 @@ class FreshPromptSource(StartStateSource):
             out.append(StartState(prompt_ids=self.encode(p), problem=p, origin=Origin.FRESH))
         return out
 
+    def give_back(self, k: int) -> None:
+        """Un-draw the last ``k`` prompts drawn (a plug-in that swaps fresh prompts for other states
+        returns them, so the next draw yields them again and every method sees one prompt order)."""
+        if not 0 <= k <= self.cursor:
+            raise ValueError(f"k: cannot give back {k} prompts after {self.cursor} draws")
+        self.cursor -= int(k)
+
     def propose(self, step: int, states: list[StartState], ctx: Any) -> list[StartState]:
         return list(states) + self.draw(self.per_step)
 

@@ -26,7 +26,7 @@ from llm_harness.trainer.config import (
     TrainConfig,
 )
 
-__all__ = ["ToyTask", "tiny_config"]
+__all__ = ["ToyTask", "fake_group", "make_trainer", "tiny_config"]
 
 
 class ToyTask(StepArithTask):
@@ -64,3 +64,34 @@ def tiny_config(run_dir: str, **over: Any) -> TrainConfig:
         run=RunConfig(run_dir=run_dir, checkpoint_every=1, progress=False),
     )
     return replace(base, **over)
+
+
+def make_trainer(run_dir: str, task: Any = None, extra_plugins: list | None = None, **over: Any):
+    """A :class:`~llm_harness.trainer.loop.Trainer` on :func:`tiny_config` (overrides as keywords) and
+    a random tiny model; ``task`` defaults to :class:`ToyTask`."""
+    from llm_harness.trainer.entry import build_backend
+    from llm_harness.trainer.loop import Trainer
+    from llm_harness.trainer.modeling import build_model
+
+    cfg = tiny_config(run_dir, **over)
+    model, tok = build_model(cfg.model, cfg.seed)
+    be = build_backend(model, tok, cfg)
+    return Trainer(cfg, model=model, tokenizer=tok, backend=be, task=task or ToyTask(), extra_plugins=extra_plugins)
+
+
+def fake_group(problem: Problem, prompt_ids, responses, rewards, step: int, *, origin: Any = None, prefix=(),
+               advantages=None):
+    """A rollout group with the given responses and rewards (behaviour log-probs −0.5 per token)."""
+    import numpy as np
+
+    from llm_harness.trainer.data import Origin, RolloutGroup, StartState
+
+    return RolloutGroup(
+        StartState(prompt_ids, problem, prefix, origin or Origin.FRESH),
+        [tuple(r) for r in responses],
+        [np.full(len(r), -0.5) for r in responses],
+        np.asarray(rewards, dtype=np.float64),
+        step,
+        finish_reasons=["stop"] * len(responses),
+        advantages=advantages,
+    )

@@ -1,0 +1,15 @@
+"""The three papers' methods as trainer plug-ins (SPEC §3.2–3.4; issue 7).
+
+Importing this package registers them in :data:`llm_harness.trainer.plugins.PLUGINS` (the
+trainer imports it before looking plug-ins up):
+
+* ``vsr`` — prefix-state resampling ∝ σ̂ with a recency window (:mod:`.vsr`);
+* ``replay`` — rollout-level |A| replay and the query-level baselines (:mod:`.replay`);
+* ExTra's novelty bonus and MTE-guided regeneration (:mod:`.extra`).
+
+Any subset composes in one run: list several under ``plugins:`` in the config.
+"""
+
+from llm_harness.methods import replay, vsr  # noqa: F401  (registration side effects)
+
+__all__ = ["replay", "vsr"]

@@ -1,0 +1,215 @@
+"""Rollout-level |A| replay for GRPO as a trainer plug-in (SPEC §3.3; Replay paper Alg. 1).
+
+Each step, after the zero-variance filter, the surviving groups generated this step (the *fresh
+survivors*, ``B'`` rollouts) are stored with their birth step, birth advantages and cached
+behaviour log-probs. Storage ``level``:
+
+* ``rollout`` — every rollout is its own buffer unit (the paper's method);
+* ``query`` — a whole group is one unit (the naive baselines).
+
+Units are drawn without replacement with ``P(u) ∝ priority(u)^alpha`` (Efraimidis–Spirakis keys),
+``priority``: ``abs_adv`` = ``|A_i| + eps`` (rollout level only), ``sigma_g`` = the birth group's
+reward std ``+ eps``, ``uniform``. ``composition``:
+
+* ``fresh_anchored`` — all fresh survivors are kept and ``round(ratio · B')`` stored rollouts are
+  added (query level: whole groups until at least that many rollouts);
+* ``pool`` — ``round((1 + ratio) · B')`` rollouts are drawn from one pool of the fresh survivors
+  and the stored units (the DQN/PER pattern; fresh units not drawn are not trained on).
+
+Replayed rollouts keep their birth advantages and group statistics (frozen, as in the paper) and
+their behaviour log-probs as the PPO ratio's denominator; they are tagged ``replayed_rollout``,
+so the trainer logs their clip fraction separately. Units older than ``max_age`` steps
+(``birth < t − max_age``) are evicted; replay is off for the first ``warmup`` steps.
+Departures: ``eps`` is not given in the paper (default 1e-6); draws are without replacement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from llm_harness.methods.common import check_number, plugin_config
+from llm_harness.methods.vsr import weighted_sample_without_replacement
+from llm_harness.trainer.advantages import informative
+from llm_harness.trainer.data import Origin, RolloutGroup
+from llm_harness.trainer.plugins import Plugin, RolloutReplay, StepHook, StepRecord, register_plugin
+from llm_harness.trainer.rollout import derive_seed
+
+__all__ = ["PRIORITIES", "ReplayConfig", "ReplayPlugin", "split_rollouts", "unit_priority"]
+
+LEVELS = ("rollout", "query")
+COMPOSITIONS = ("fresh_anchored", "pool")
+
+
+def _sigma_g(g: RolloutGroup) -> float:
+    return float(g.info.get("replay_sigma_g", np.std(g.rewards)))
+
+
+#: name -> priority(unit, eps) before the exponent alpha
+PRIORITIES: dict[str, Callable[[RolloutGroup, float], float]] = {
+    "abs_adv": lambda u, eps: float(np.abs(u.advantages).mean()) + eps,
+    "sigma_g": lambda u, eps: _sigma_g(u) + eps,
+    "uniform": lambda u, eps: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Parameters of the ``replay`` plug-in (defaults: the Replay paper)."""
+
+    ratio: float = 0.5
+    """Replay ratio r: replayed rollouts per fresh survivor (paper 0.5)."""
+    max_age: int = 10
+    """τ_max: units born before ``t − max_age`` are evicted (paper 10)."""
+    alpha: float = 0.5
+    """Priority exponent α of ``P ∝ p^α`` (paper 0.5)."""
+    eps: float = 1e-6
+    """ε added to the priority (not given in the paper)."""
+    warmup: int = 20
+    """Steps with replay disabled (the buffer still fills; paper 20)."""
+    level: str = "rollout"
+    """Buffer unit: ``rollout`` (paper's method) or ``query`` (whole groups; the naive baselines)."""
+    priority: str = "abs_adv"
+    """``abs_adv`` (|A|+ε, rollout level), ``sigma_g`` (group reward std + ε) or ``uniform``."""
+    composition: str = "fresh_anchored"
+    """``fresh_anchored`` (paper) or ``pool`` (naive baselines)."""
+
+    def __post_init__(self) -> None:
+        check_number("ratio", self.ratio, 0, 1)
+        check_number("max_age", self.max_age, 1, integer=True)
+        check_number("alpha", self.alpha, 0, 1)
+        check_number("eps", self.eps, 0)
+        check_number("warmup", self.warmup, 0, integer=True)
+        if self.level not in LEVELS:
+            raise ValueError(f"level: must be one of {LEVELS}, got {self.level!r}")
+        if self.priority not in PRIORITIES:
+            raise ValueError(f"priority: must be one of {tuple(PRIORITIES)}, got {self.priority!r}")
+        if self.composition not in COMPOSITIONS:
+            raise ValueError(f"composition: must be one of {COMPOSITIONS}, got {self.composition!r}")
+        if self.priority == "abs_adv" and self.level == "query":
+            raise ValueError("priority: 'abs_adv' is a rollout-level signal; use level: rollout (or sigma_g/uniform)")
+
+
+def split_rollouts(g: RolloutGroup) -> list[RolloutGroup]:
+    """One single-sample group per rollout of ``g``, keeping its birth advantage and ``σ_g``."""
+    if g.advantages is None:
+        raise ValueError("group: advantages not computed")
+    sig = float(np.std(g.rewards))
+    out = []
+    for i in range(g.size):
+        out.append(
+            RolloutGroup(
+                g.start, [g.response_ids[i]], [g.behaviour_logprobs[i]], g.rewards[i : i + 1], g.birth_step,
+                verify=[g.verify[i]] if g.verify else [], finish_reasons=[g.finish_reasons[i]] if g.finish_reasons else [],
+                advantages=g.advantages[i : i + 1], weights=None if g.weights is None else g.weights[i : i + 1],
+                info={"replay_sigma_g": sig},
+            )
+        )
+    return out
+
+
+def unit_priority(units: Sequence[RolloutGroup], name: str, eps: float, alpha: float) -> np.ndarray:
+    """Sampling weights ``priority(u)^alpha`` of buffer units."""
+    p = np.array([PRIORITIES[name](u, eps) for u in units], dtype=np.float64)
+    return p**alpha
+
+
+def _as_replayed(u: RolloutGroup) -> RolloutGroup:
+    return RolloutGroup(
+        replace(u.start, origin=Origin.REPLAYED_ROLLOUT), list(u.response_ids), list(u.behaviour_logprobs), u.rewards.copy(),
+        u.birth_step, verify=list(u.verify), finish_reasons=list(u.finish_reasons), advantages=u.advantages.copy(),
+        weights=None if u.weights is None else u.weights.copy(), info=dict(u.info),
+    )
+
+
+class ReplayPlugin(RolloutReplay, StepHook):
+    """The ``replay`` plug-in (module doc)."""
+
+    def __init__(self, cfg: ReplayConfig, ctx: Any):
+        self.cfg = cfg
+        self.seed = int(ctx.config.seed)
+        self.filter = bool(ctx.config.algo.filter_zero_variance)
+        self.buffer: list[RolloutGroup] = []
+        self._last: dict[str, float] = {}
+
+    def _units(self, groups: Sequence[RolloutGroup]) -> list[RolloutGroup]:
+        if self.cfg.level == "rollout":
+            return [u for g in groups for u in split_rollouts(g)]
+        return [g for g in groups]
+
+    def _evict(self, step: int) -> int:
+        n = len(self.buffer)
+        self.buffer = [u for u in self.buffer if u.birth_step >= step - self.cfg.max_age]
+        return n - len(self.buffer)
+
+    def _draw(self, units: Sequence[RolloutGroup], n_rollouts: int, rng: np.random.Generator) -> list[int]:
+        """Indices of units drawn ∝ priority^α without replacement until ``n_rollouts`` rollouts."""
+        if n_rollouts <= 0 or not units:
+            return []
+        w = unit_priority(units, self.cfg.priority, self.cfg.eps, self.cfg.alpha)
+        order = weighted_sample_without_replacement(w, len(units), rng)
+        out, total = [], 0
+        for j in order:
+            if total >= n_rollouts:
+                break
+            out.append(int(j))
+            total += units[j].size
+        return out
+
+    def compose(self, step: int, groups: Sequence[RolloutGroup], ctx: Any) -> list[RolloutGroup]:
+        cfg = self.cfg
+        self._evict(step)
+        n_fresh = sum(g.size for g in groups)
+        self._last = {"replay_active": 0.0, "replay_drawn_rollouts": 0.0}
+        if step < cfg.warmup or cfg.ratio == 0 or n_fresh == 0:
+            if step >= cfg.warmup and n_fresh == 0:
+                ctx.warn("replay: no fresh survivors this step; nothing replayed (fresh-anchored needs B' > 0)")
+            return list(groups)
+        rng = np.random.default_rng(derive_seed(self.seed, step, 0x4E9))
+        self._last["replay_active"] = 1.0
+        if cfg.composition == "fresh_anchored":
+            if not self.buffer:
+                ctx.warn("replay: buffer empty when replay is due; training on fresh rollouts only")
+            drawn = [self.buffer[j] for j in self._draw(self.buffer, int(round(cfg.ratio * n_fresh)), rng)]
+            out = list(groups) + [_as_replayed(u) for u in drawn]
+        else:
+            fresh_units = self._units(groups)
+            pool = fresh_units + self.buffer
+            idx = self._draw(pool, int(round((1 + cfg.ratio) * n_fresh)), rng)
+            nf = len(fresh_units)
+            drawn = [pool[j] for j in idx if j >= nf]
+            out = [pool[j] for j in idx if j < nf] + [_as_replayed(u) for u in drawn]
+            self._last["replay_pool_fresh_rollouts"] = float(sum(pool[j].size for j in idx if j < nf))
+        self._last["replay_drawn_rollouts"] = float(sum(u.size for u in drawn))
+        if drawn:
+            self._last["replay_drawn_age_mean"] = float(np.mean([step - u.birth_step for u in drawn]))
+            self._last["replay_drawn_abs_adv_mean"] = float(np.mean([np.abs(u.advantages).mean() for u in drawn]))
+        return out
+
+    def after_step(self, step: int, record: StepRecord, ctx: Any) -> dict[str, float]:
+        survivors = [
+            g for g in record.generated
+            if g.birth_step == step and g.start.origin is not Origin.REPLAYED_ROLLOUT and g.advantages is not None
+            and (informative(g) or not self.filter)
+        ]
+        self.buffer.extend(self._units(survivors))
+        evicted = self._evict(step + 1)
+        out = dict(self._last)
+        out["replay_buffer_rollouts"] = float(sum(u.size for u in self.buffer))
+        out["replay_buffer_units"] = float(len(self.buffer))
+        out["replay_evicted_units"] = float(evicted)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": list(self.buffer)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer = list(state["buffer"])
+
+
+@register_plugin("replay")
+def _make_replay(params: Mapping[str, Any], ctx: Any) -> Plugin:
+    """``plugins: {replay: {ratio: 0.5, max_age: 10, alpha: 0.5, level: rollout, priority: abs_adv, ...}}``."""
+    return ReplayPlugin(plugin_config(ReplayConfig, params, "replay"), ctx)

@@ -1,0 +1,327 @@
+"""VSR as a trainer plug-in: a recency-windowed prefix buffer sampled ∝ σ̂ (SPEC §3.2; VSR Alg. 1).
+
+After every step, each fresh group with a successful sample contributes that prompt's most
+recent successful trajectory τ (it replaces the prompt's previous one); its prefix states
+``s_i = (x, y_<i)`` are scored with the zero-cost proxy::
+
+    p̂_i = (1 − α_i) p0(x) + α_i R(τ),   α_i = i / |τ|,   σ̂(s_i) = p̂_i (1 − p̂_i)
+
+(``score: sqrt`` uses ``sqrt(p̂(1 − p̂))``, the Neyman σ). ``p0(x)`` is the fresh group's success
+rate. At each step a fraction ``rho`` of the fresh prompts is swapped for prefix states drawn
+from the buffer ∝ score (without replacement, so a batch never holds the same state twice);
+the swapped prompts are handed back to the fresh source, so every method sees the same prompt
+order. Entries older than ``window`` steps are evicted. Prefix tokens are context (masked from the
+loss by the trainer). An empty buffer falls back to fresh prompts (counted in ``vsr_fallback``).
+
+Ablations by configuration (no separate code paths in the trainer):
+
+* ``score: uniform`` — w/o scoring (uniform over the buffer);
+* ``recency: false`` — w/o recency (filled during the first ``freeze_after`` steps, then frozen);
+* ``cold_start: true`` — seed the buffer with prefixes of the task's expert solutions (ordinary
+  entries: scored with ``p0 = cold_start_p0``, ``R = 1``, evicted by recency);
+* ``cold_start: true, insert_policy: false, recency: false, score: uniform`` — static uniform
+  expert-prefix resets (VSR D.5);
+* ``score: oracle`` — the test-bed oracle: ``oracle_candidates`` states drawn uniformly from the
+  buffer are scored by the Monte-Carlo variance of ``oracle_samples`` continuations each (those
+  tokens are added to the step's generated-token count), then drawn ∝ that variance.
+
+Departure (documented): the paper does not state whether draws are with replacement; duplicates
+would merge into one larger group, so we draw without replacement (Efraimidis–Spirakis keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from llm_harness.methods.common import check_number, plugin_config, step_end_positions
+from llm_harness.trainer.data import Origin, RolloutGroup, StartState
+from llm_harness.trainer.plugins import Plugin, StartStateSource, StepHook, StepRecord, register_plugin
+from llm_harness.trainer.rollout import collect, derive_seed
+
+__all__ = ["VSRConfig", "VSRPlugin", "prefix_positions", "sigma_hat", "weighted_sample_without_replacement"]
+
+SCORES = ("p1mp", "sqrt", "uniform", "oracle")
+POSITIONS = ("token", "steps", "stride")
+
+
+@dataclass(frozen=True)
+class VSRConfig:
+    """Parameters of the ``vsr`` plug-in (defaults: VSR paper, math setting, unless noted)."""
+
+    rho: float = 0.5
+    """Fraction ρ of the step's fresh prompts replaced by replayed prefix states (paper: 0.5 math,
+    0.3 agentic)."""
+    window: int = 5
+    """Recency window W: an entry is usable for W steps after insertion (paper: 5, agentic)."""
+    score: str = "p1mp"
+    """``p1mp`` = p̂(1−p̂) (paper), ``sqrt`` = its square root (Neyman σ), ``uniform`` (w/o scoring),
+    ``oracle`` (Monte-Carlo continuation variance; test-bed study)."""
+    positions: str = "token"
+    """Prefix positions inserted: ``token`` (every token, paper), ``steps`` (after each reasoning
+    step of the task), ``stride`` (every ``stride`` tokens)."""
+    stride: int = 4
+    """Token stride for ``positions: stride``."""
+    recency: bool = True
+    """Evict by age and keep inserting; False = the w/o-recency ablation."""
+    freeze_after: int = 10
+    """Without recency: steps during which policy prefixes are inserted before the buffer freezes."""
+    insert_policy: bool = True
+    """Insert prefixes of the policy's successful fresh trajectories (False: expert prefixes only)."""
+    cold_start: bool = False
+    """Seed the buffer with prefixes of the training problems' expert solutions."""
+    cold_start_problems: int = 0
+    """Cold start from the first this-many training problems (0: all of the split)."""
+    cold_start_p0: float = 0.0
+    """p0(x) used to score expert prefixes before any rollout of x (hard prompts: ≈ 0)."""
+    oracle_candidates: int = 16
+    """Oracle: buffer states scored by Monte Carlo per step."""
+    oracle_samples: int = 8
+    """Oracle: continuations per candidate (their tokens are counted)."""
+
+    def __post_init__(self) -> None:
+        check_number("rho", self.rho, 0, 1)
+        check_number("window", self.window, 1, integer=True)
+        check_number("stride", self.stride, 1, integer=True)
+        check_number("freeze_after", self.freeze_after, 0, integer=True)
+        check_number("cold_start_problems", self.cold_start_problems, 0, integer=True)
+        check_number("cold_start_p0", self.cold_start_p0, 0, 1)
+        check_number("oracle_candidates", self.oracle_candidates, 1, integer=True)
+        check_number("oracle_samples", self.oracle_samples, 2, integer=True)
+        if self.score not in SCORES:
+            raise ValueError(f"score: must be one of {SCORES}, got {self.score!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions: must be one of {POSITIONS}, got {self.positions!r}")
+        for name in ("recency", "insert_policy", "cold_start"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        if not self.insert_policy and not self.cold_start:
+            raise ValueError("insert_policy: false needs cold_start: true (the buffer would stay empty)")
+
+
+def sigma_hat(alpha: np.ndarray, p0: float, reward: float, form: str = "p1mp") -> np.ndarray:
+    """σ̂ of prefixes at fractions ``alpha[k] = i_k/|τ|`` (SPEC §3.2): ``p̂(1−p̂)`` or its sqrt."""
+    a = np.asarray(alpha, dtype=np.float64)
+    p = (1.0 - a) * float(p0) + a * float(reward)
+    v = np.clip(p * (1.0 - p), 0.0, None)
+    return np.sqrt(v) if form == "sqrt" else v
+
+
+def prefix_positions(n_tokens: int, cfg: VSRConfig, step_ends: Sequence[int] | None = None) -> np.ndarray:
+    """Prefix lengths ``i`` inserted for a trajectory of ``n_tokens`` tokens (``1 <= i < n_tokens``)."""
+    if cfg.positions == "token":
+        return np.arange(1, n_tokens, dtype=np.int64)
+    if cfg.positions == "stride":
+        return np.arange(cfg.stride, n_tokens, cfg.stride, dtype=np.int64)
+    return np.array(sorted({int(i) for i in (step_ends or ()) if 0 < int(i) < n_tokens}), dtype=np.int64)
+
+
+def weighted_sample_without_replacement(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of ``min(k, #positive)`` distinct items drawn sequentially ∝ ``weights`` (Efraimidis–Spirakis)."""
+    w = np.asarray(weights, dtype=np.float64)
+    pos = np.flatnonzero(w > 0)
+    k = min(int(k), pos.size)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    u = rng.random(pos.size)
+    keys = np.log(u) / w[pos]  # larger is better: u^(1/w)
+    top = np.argsort(-keys, kind="stable")[:k]
+    return pos[top]
+
+
+@dataclass
+class _Trajectory:
+    """One prompt's most recent successful trajectory in the buffer."""
+
+    problem: Any
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    positions: np.ndarray
+    alphas: np.ndarray
+    scores: np.ndarray
+    birth: int
+    source: str  # "policy" | "expert"
+
+
+class VSRPlugin(StartStateSource, StepHook):
+    """The ``vsr`` plug-in (module doc)."""
+
+    def __init__(self, cfg: VSRConfig, ctx: Any):
+        self.cfg = cfg
+        self.seed = int(ctx.config.seed)
+        self.budget = int(ctx.config.rollout.max_new_tokens)
+        self.buffer: dict[str, _Trajectory] = {}
+        self._last: dict[str, float] = {}
+        if cfg.cold_start:
+            self._seed_expert(ctx)
+
+    # ---------------------------------------------------------------- buffer construction
+
+    def _positions(self, ctx: Any, response_ids: Sequence[int]) -> np.ndarray:
+        ends = step_end_positions(ctx.codec, ctx.task, response_ids) if self.cfg.positions == "steps" else None
+        return prefix_positions(len(response_ids), self.cfg, ends)
+
+    def _make(self, ctx: Any, problem: Any, prompt_ids: tuple[int, ...], response_ids: tuple[int, ...], p0: float,
+              reward: float, birth: int, source: str) -> _Trajectory | None:
+        pos = self._positions(ctx, response_ids)
+        pos = pos[pos < self.budget]  # a prefix counts against the response budget: leave >= 1 token
+        if pos.size == 0:
+            return None
+        alphas = pos / float(len(response_ids))
+        form = "sqrt" if self.cfg.score == "sqrt" else "p1mp"
+        scores = sigma_hat(alphas, p0, reward, form)
+        return _Trajectory(problem, tuple(prompt_ids), tuple(response_ids), pos, alphas, scores, birth, source)
+
+    def _seed_expert(self, ctx: Any) -> None:
+        fresh = ctx.fresh
+        if fresh is None:
+            raise ValueError("plugins.vsr.cold_start: the trainer has no fresh prompt source")
+        problems = list(fresh.problems)
+        if self.cfg.cold_start_problems:
+            problems = problems[: self.cfg.cold_start_problems]
+        eos = getattr(ctx.codec.tokenizer, "eos_token_id", None)
+        for p in problems:
+            if p.solution is None:
+                raise ValueError(
+                    f"plugins.vsr.cold_start: task {getattr(ctx.task, 'name', type(ctx.task).__name__)!r} has no expert "
+                    f"solution for problem {p.id!r}; cold start needs expert trajectories"
+                )
+            resp = tuple(ctx.codec.encode(p.solution)) + ((int(eos),) if eos is not None else ())
+            prompt = tuple(fresh.encode(p))
+            t = self._make(ctx, p, prompt, resp, self.cfg.cold_start_p0, 1.0, -1, "expert")
+            if t is not None:
+                self.buffer[p.id] = t
+
+    def _insert(self, step: int, groups: Sequence[RolloutGroup], ctx: Any) -> int:
+        n = 0
+        for g in groups:
+            if g.start.origin is not Origin.FRESH or g.birth_step != step or g.start.prefix_ids:
+                continue
+            ok = np.flatnonzero(g.rewards > 0)
+            if ok.size == 0:
+                continue
+            i = int(ok[0])  # the group's samples are exchangeable: the first successful one
+            p0 = float(np.mean(g.rewards > 0))
+            t = self._make(ctx, g.start.problem, g.start.prompt_ids, g.response_ids[i], p0, float(g.rewards[i]), step, "policy")
+            if t is not None:
+                self.buffer[g.start.problem.id] = t  # keeps only the prompt's most recent trajectory
+                n += 1
+        return n
+
+    def _evict(self, step: int) -> int:
+        """Drop entries no longer usable at step ``step + 1`` (usable while ``step + 1 − birth <= W``)."""
+        old = [k for k, t in self.buffer.items() if step + 1 - t.birth > self.cfg.window]
+        for k in old:
+            del self.buffer[k]
+        return len(old)
+
+    def _flat(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        keys, traj_idx, pos_idx, scores = list(self.buffer), [], [], []
+        for j, k in enumerate(keys):
+            t = self.buffer[k]
+            traj_idx.append(np.full(t.positions.size, j, dtype=np.int64))
+            pos_idx.append(np.arange(t.positions.size, dtype=np.int64))
+            scores.append(t.scores)
+        if not keys:
+            z = np.zeros(0, dtype=np.int64)
+            return keys, z, z, np.zeros(0)
+        return keys, np.concatenate(traj_idx), np.concatenate(pos_idx), np.concatenate(scores)
+
+    # ---------------------------------------------------------------- plug-in points
+
+    def _state(self, key: str, k: int, score: float) -> StartState:
+        t = self.buffer[key]
+        i = int(t.positions[k])
+        return StartState(
+            t.prompt_ids, t.problem, t.response_ids[:i], Origin.REPLAYED_PREFIX,
+            history={"vsr_score": float(score), "vsr_alpha": float(t.alphas[k]), "vsr_birth": t.birth, "vsr_source": t.source},
+        )
+
+    def _oracle_scores(self, step: int, keys, traj_idx, pos_idx, rng, ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+        cand = weighted_sample_without_replacement(np.ones(traj_idx.size), self.cfg.oracle_candidates, rng)
+        states = [replace(self._state(keys[traj_idx[c]], int(pos_idx[c]), 0.0), n=self.cfg.oracle_samples) for c in cand]
+        groups, st = collect(states, step=step, round=0x0AC1E, ctx=ctx)
+        ctx.extra_new_tokens += int(st.new_tokens)
+        m = self.cfg.oracle_samples
+        p = np.array([float(np.mean(g.rewards > 0)) for g in groups])
+        var = p * (1.0 - p) * m / (m - 1.0)  # unbiased Bernoulli variance of the continuation reward
+        self._last["vsr_oracle_tokens"] = float(st.new_tokens)
+        return cand, var
+
+    def propose(self, step: int, states: list[StartState], ctx: Any) -> list[StartState]:
+        fresh_pos = [j for j, s in enumerate(states) if s.origin is Origin.FRESH]
+        k = int(round(self.cfg.rho * len(fresh_pos)))
+        self._last = {"vsr_replayed": 0.0, "vsr_fallback": 0.0}
+        if k == 0:
+            return states
+        keys, traj_idx, pos_idx, scores = self._flat()
+        rng = np.random.default_rng(derive_seed(self.seed, step, 0x75E))
+        if self.cfg.score == "oracle" and traj_idx.size:
+            cand, var = self._oracle_scores(step, keys, traj_idx, pos_idx, rng, ctx)
+            chosen = cand[weighted_sample_without_replacement(var, k, rng)]
+            used = np.zeros(traj_idx.size)
+            used[cand] = var
+            scores = used
+        else:
+            w = np.ones(traj_idx.size) if self.cfg.score == "uniform" else scores
+            chosen = weighted_sample_without_replacement(w, k, rng)
+        if chosen.size == 0:
+            self._last["vsr_fallback"] = 1.0
+            ctx.warn("vsr: replay buffer has no usable state; the step uses fresh prompts only")
+            return states
+        drop = set(fresh_pos[len(fresh_pos) - chosen.size :])  # the last-drawn fresh prompts go back
+        if ctx.fresh is not None:
+            ctx.fresh.give_back(len(drop))
+        replayed = [self._state(keys[traj_idx[c]], int(pos_idx[c]), float(scores[c])) for c in chosen]
+        self._last["vsr_replayed"] = float(len(replayed))
+        self._last["vsr_replayed_alpha_mean"] = float(np.mean([s.history["vsr_alpha"] for s in replayed]))
+        self._last["vsr_replayed_expert_frac"] = float(np.mean([s.history["vsr_source"] == "expert" for s in replayed]))
+        return [s for j, s in enumerate(states) if j not in drop] + replayed
+
+    def after_step(self, step: int, record: StepRecord, ctx: Any) -> dict[str, float]:
+        cfg = self.cfg
+        inserted = 0
+        if cfg.insert_policy and (cfg.recency or step < cfg.freeze_after):
+            inserted = self._insert(step, record.generated, ctx)
+        evicted = self._evict(step) if cfg.recency else 0
+        out = dict(self._last)
+        out["vsr_inserted"] = float(inserted)
+        out["vsr_evicted"] = float(evicted)
+        out["vsr_buffer_trajectories"] = float(len(self.buffer))
+        sizes = [t.positions.size for t in self.buffer.values()]
+        out["vsr_buffer_states"] = float(sum(sizes))
+        if self.buffer:
+            ages = np.array([step + 1 - t.birth for t in self.buffer.values()], dtype=np.float64)
+            sc = np.concatenate([t.scores for t in self.buffer.values()])
+            out["vsr_buffer_age_mean"] = float(np.average(ages, weights=sizes))
+            out["vsr_score_mean"] = float(sc.mean())
+            out["vsr_score_p50"], out["vsr_score_p90"] = (float(v) for v in np.quantile(sc, [0.5, 0.9]))
+            out["vsr_buffer_expert_frac"] = float(np.mean([t.source == "expert" for t in self.buffer.values()]))
+        return out
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "buffer": [
+                {"key": k, "problem": t.problem, "prompt_ids": t.prompt_ids, "response_ids": t.response_ids,
+                 "positions": t.positions.copy(), "alphas": t.alphas.copy(), "scores": t.scores.copy(),
+                 "birth": t.birth, "source": t.source}
+                for k, t in self.buffer.items()
+            ]
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer = {}
+        for e in state["buffer"]:
+            e = dict(e)
+            k = e.pop("key")
+            self.buffer[k] = _Trajectory(**e)
+
+
+@register_plugin("vsr")
+def _make_vsr(params: Mapping[str, Any], ctx: Any) -> Plugin:
+    """``plugins: {vsr: {rho: 0.5, window: 5, score: p1mp, ...}}`` (fields of :class:`VSRConfig`)."""
+    return VSRPlugin(plugin_config(VSRConfig, params, "vsr"), ctx)

@@ -1,0 +1,200 @@
+"""VSR plug-in mechanics: σ̂ on a hand-built trajectory, buffer policy, sampling ∝ σ̂, ablations, faults."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llm_harness.methods.common import step_end_positions
+from llm_harness.methods.vsr import (
+    VSRConfig,
+    VSRPlugin,
+    prefix_positions,
+    sigma_hat,
+    weighted_sample_without_replacement,
+)
+from llm_harness.tasks.step_arith import StepArithTask, make_problem
+from llm_harness.trainer.data import Origin
+from llm_harness.trainer.plugins import StepRecord
+from llm_harness.trainer.testing import fake_group, make_trainer
+from theory.concentration import hoeffding_radius
+
+
+def _vsr(tr, **params) -> VSRPlugin:
+    return VSRPlugin(VSRConfig(**params), tr.ctx)
+
+
+def _record(step, groups):
+    return StepRecord(step=step, generated=groups, trained=groups)
+
+
+def test_sigma_hat_on_a_hand_built_trajectory(tmp_path):
+    tr = make_trainer(tmp_path)
+    prob = tr.fresh.problems[0]
+    prompt = tr.fresh.encode(prob)
+    resp = (5, 6, 7, 8)  # |τ| = 4: prefixes of 1, 2, 3 tokens
+    g = fake_group(prob, prompt, [(1, 2), resp, (3,), (4,)], [0, 1, 0, 0], step=0)
+    v = _vsr(tr, window=3)
+    v.after_step(0, _record(0, [g]), tr.ctx)
+    t = v.buffer[prob.id]
+    assert t.response_ids == resp and t.birth == 0 and t.source == "policy"
+    np.testing.assert_array_equal(t.positions, [1, 2, 3])
+    p0 = 0.25
+    want = [(1 - a) * p0 + a * 1.0 for a in (0.25, 0.5, 0.75)]  # 0.4375, 0.625, 0.8125
+    np.testing.assert_allclose(t.scores, [p * (1 - p) for p in want], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sigma_hat(np.array([0.5]), p0, 1.0, "sqrt"), [math.sqrt(0.625 * 0.375)])
+    # a later success of the same prompt replaces it (most recent trajectory per prompt)
+    g2 = fake_group(prob, prompt, [(9, 9, 9)], [1], step=1)
+    g2.rewards[:] = 1
+    v.after_step(1, _record(1, [g2]), tr.ctx)
+    assert v.buffer[prob.id].response_ids == (9, 9, 9) and v.buffer[prob.id].birth == 1
+    np.testing.assert_allclose(v.buffer[prob.id].scores, [0.0, 0.0])  # p0 = R = 1: no residual signal
+
+
+def test_only_successful_fresh_prompt_groups_are_inserted(tmp_path):
+    tr = make_trainer(tmp_path)
+    a, b, c = tr.fresh.problems[:3]
+    fail = fake_group(a, tr.fresh.encode(a), [(1, 2, 3)] * 2, [0, 0], step=0)
+    pre = fake_group(b, tr.fresh.encode(b), [(1, 2, 3)] * 2, [1, 0], step=0, origin=Origin.REPLAYED_PREFIX, prefix=(4,))
+    old = fake_group(c, tr.fresh.encode(c), [(1, 2, 3)] * 2, [1, 0], step=-1)
+    v = _vsr(tr)
+    out = v.after_step(0, _record(0, [fail, pre, old]), tr.ctx)
+    assert v.buffer == {} and out["vsr_inserted"] == 0
+
+
+def test_recency_eviction_ages(tmp_path):
+    tr = make_trainer(tmp_path)
+    prob = tr.fresh.problems[0]
+    g = fake_group(prob, tr.fresh.encode(prob), [(1, 2, 3, 4)] * 2, [1, 0], step=0)
+    v = _vsr(tr, window=2)
+    v.after_step(0, _record(0, [g]), tr.ctx)
+    present = []
+    for step in (1, 2, 3):
+        present.append(prob.id in v.buffer)  # usable at this step?
+        v.after_step(step, _record(step, []), tr.ctx)
+    assert present == [True, True, False]  # inserted at 0, usable at steps 1..W
+
+
+def test_prefix_positions_options_and_budget(tmp_path):
+    assert prefix_positions(5, VSRConfig()).tolist() == [1, 2, 3, 4]
+    assert prefix_positions(10, VSRConfig(positions="stride", stride=3)).tolist() == [3, 6, 9]
+    assert prefix_positions(10, VSRConfig(positions="steps"), [0, 4, 7, 10, 12]).tolist() == [4, 7]
+    tr = make_trainer(tmp_path)  # max_new_tokens 8: a prefix must leave room for one new token
+    prob = tr.fresh.problems[0]
+    g = fake_group(prob, tr.fresh.encode(prob), [tuple(range(1, 13))] * 2, [1, 0], step=0)
+    v = _vsr(tr)
+    v.after_step(0, _record(0, [g]), tr.ctx)
+    assert v.buffer[prob.id].positions.max() == 7
+
+
+def test_step_boundaries_map_to_token_positions(tmp_path):
+    tr = make_trainer(tmp_path)
+    task = StepArithTask()
+    text = "97-53=44,44-5=39\nA:39"
+    ids = tr.codec.encode(text)
+    ends = step_end_positions(tr.codec, task, ids)
+    assert [tr.codec.decode(ids[:i]) for i in ends] == ["97-53=44,", "97-53=44,44-5=39\n"]
+
+
+def test_weighted_draws_follow_the_weights_within_calibrated_bounds():
+    w = np.array([0.0, 0.05, 0.1, 0.2, 0.25, 0.4])
+    n = 20000
+    rng = np.random.default_rng(7)
+    counts = np.zeros(w.size)
+    for _ in range(n):
+        counts[weighted_sample_without_replacement(w, 1, rng)[0]] += 1
+    rad = hoeffding_radius(n, 1.0, 1e-6 / w.size)  # Bonferroni over the items
+    assert counts[0] == 0  # zero score is never drawn
+    assert np.all(np.abs(counts / n - w / w.sum()) <= rad)
+    idx = weighted_sample_without_replacement(w, 10, rng)
+    assert sorted(idx.tolist()) == [1, 2, 3, 4, 5]  # distinct, only positive weights
+
+
+def test_propose_swaps_rho_of_the_fresh_prompts_and_gives_them_back(tmp_path):
+    tr = make_trainer(tmp_path)  # 4 prompts per step
+    v = _vsr(tr, rho=0.5)
+    for p in tr.fresh.problems[:5]:
+        v.after_step(0, _record(0, [fake_group(p, tr.fresh.encode(p), [(1, 2, 3, 4)] * 2, [1, 0], step=0)]), tr.ctx)
+    states = tr.fresh.propose(1, [], tr.ctx)
+    out = v.propose(1, states, tr.ctx)
+    fresh = [s for s in out if s.origin is Origin.FRESH]
+    rep = [s for s in out if s.origin is Origin.REPLAYED_PREFIX]
+    assert len(fresh) == 2 and len(rep) == 2
+    assert [s.problem.id for s in fresh] == [s.problem.id for s in states[:2]]
+    assert [s.problem.id for s in tr.fresh.draw(2)] == [s.problem.id for s in states[2:]]  # handed back
+    for s in rep:
+        t = v.buffer[s.problem.id]
+        assert s.prompt_ids == t.prompt_ids and s.prefix_ids == t.response_ids[: len(s.prefix_ids)]
+        assert 0 < len(s.prefix_ids) < 4 and s.history["vsr_score"] > 0
+
+
+def test_empty_buffer_falls_back_to_fresh_and_warns(tmp_path):
+    tr = make_trainer(tmp_path)
+    v = _vsr(tr)
+    states = tr.fresh.propose(0, [], tr.ctx)
+    assert v.propose(0, states, tr.ctx) == states
+    assert v._last["vsr_fallback"] == 1.0 and any("vsr" in w for w in tr.ctx.warnings)
+
+
+def test_without_recency_the_buffer_freezes(tmp_path):
+    tr = make_trainer(tmp_path)
+    v = _vsr(tr, recency=False, freeze_after=2, window=1)
+    probs = tr.fresh.problems[:4]
+    for step, p in enumerate(probs):
+        v.after_step(step, _record(step, [fake_group(p, tr.fresh.encode(p), [(1, 2, 3)] * 2, [1, 0], step=step)]), tr.ctx)
+    assert sorted(v.buffer) == sorted(p.id for p in probs[:2])  # filled during steps 0, 1; never evicted
+
+
+def test_cold_start_and_static_expert_resets(tmp_path):
+    tr = make_trainer(tmp_path)
+    v = _vsr(tr, cold_start=True, cold_start_problems=6, insert_policy=False, recency=False, score="uniform")
+    assert len(v.buffer) == 6 and all(t.source == "expert" and t.birth == -1 for t in v.buffer.values())
+    p = tr.fresh.problems[10]
+    before = {k: t.response_ids for k, t in v.buffer.items()}
+    v.after_step(5, _record(5, [fake_group(p, tr.fresh.encode(p), [(1, 2, 3)] * 2, [1, 0], step=5)]), tr.ctx)
+    assert {k: t.response_ids for k, t in v.buffer.items()} == before  # never changes
+    t = next(iter(v.buffer.values()))
+    text = tr.codec.decode(t.response_ids[:-1])
+    assert text == t.problem.solution  # expert solution (then EOS)
+    np.testing.assert_allclose(t.scores, t.alphas * (1 - t.alphas))  # p0 = 0, R = 1
+
+
+def test_cold_start_needs_expert_solutions(tmp_path):
+    from dataclasses import replace as dc_replace
+
+    tr = make_trainer(tmp_path)
+    tr.fresh.problems = [dc_replace(p, solution=None) for p in tr.fresh.problems]
+    with pytest.raises(ValueError, match="plugins.vsr.cold_start: .*no expert solution"):
+        _vsr(tr, cold_start=True)
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [({"rho": 1.5}, "rho"), ({"rho": -0.1}, "rho"), ({"window": 0}, "window"), ({"score": "x"}, "score"),
+     ({"positions": "x"}, "positions"), ({"bogus": 1}, "unknown key"), ({"insert_policy": False}, "insert_policy")],
+)
+def test_bad_parameters_name_the_field(tmp_path, params, field):
+    with pytest.raises(ValueError, match=f"plugins.vsr.*{field}"):
+        make_trainer(tmp_path, plugins={"vsr": params})
+
+
+def test_vsr_in_the_trainer_masks_prefixes_and_counts_only_new_tokens(tmp_path):
+    tr = make_trainer(tmp_path, steps=3, plugins={"vsr": {"cold_start": True, "cold_start_problems": 20}})
+    rows = tr.fit()
+    tr.close()
+    assert all(r["vsr_replayed"] == 2 for r in rows)
+    assert all(r["groups_replayed_prefix"] == 2 and r["groups_fresh"] == 2 for r in rows)
+    # new tokens are the responses only (prefixes are not regenerated)
+    assert all(r["gen_new_tokens"] <= 4 * 4 * 8 for r in rows)
+
+
+def test_oracle_scores_count_their_monte_carlo_tokens(tmp_path):
+    tr = make_trainer(tmp_path, steps=2, plugins={"vsr": {"cold_start": True, "cold_start_problems": 8, "score": "oracle",
+                                                           "oracle_candidates": 4, "oracle_samples": 4}})
+    rows = tr.fit()
+    tr.close()
+    for r in rows:
+        assert r["vsr_oracle_tokens"] > 0
+        assert r["plugin_new_tokens"] == r["vsr_oracle_tokens"]
