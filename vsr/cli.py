@@ -51,6 +51,9 @@ COMMANDS: dict[str, CommandSpec] = {
     "bench generation": CommandSpec(
         "benchmarks.generation:run", "HF backend tokens/s vs model.generate, and the cost of exact entropies."
     ),
+    "compare": CommandSpec(
+        "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures)."
+    ),
 }
 
 

@@ -2,6 +2,10 @@
 
 ``load_config(Cls, path)`` rejects unknown keys (naming them and the file) and builds nested
 dataclasses; ``save_config(cfg, path)`` writes the resolved config beside every result.
+
+A file may start from another: ``extends: other.yaml`` (path relative to the file) loads that
+file first and deep-merges this one over it (mappings merge key by key, anything else is
+replaced); chains are followed and cycles are refused.
 """
 
 from __future__ import annotations
@@ -16,6 +20,31 @@ from typing import Any, TypeVar
 from vsr.atomic import write_text
 
 T = TypeVar("T")
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base``: nested mappings merge, other values replace."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def read_mapping(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict:
+    """The mapping of a config file with its ``extends:`` chain resolved (module doc)."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ValueError(f"config: 'extends' cycle through {path}")
+    data = _read_mapping(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str) or not parent:
+        raise ValueError(f"config: 'extends' in {path} must be a file path, got {parent!r}")
+    return deep_merge(read_mapping(path.parent / parent, _seen + (path,)), data)
 
 
 def _read_mapping(path: Path) -> dict:
@@ -70,7 +99,7 @@ def from_dict(cls: type[T], data: dict, *, where: str = "config") -> T:
 def load_config(cls: type[T], path: str | os.PathLike) -> T:
     """Read a YAML/TOML/JSON file into dataclass ``cls``."""
     path = Path(path)
-    return from_dict(cls, _read_mapping(path), where=str(path))
+    return from_dict(cls, read_mapping(path), where=str(path))
 
 
 def to_dict(cfg: Any) -> dict:

@@ -170,6 +170,7 @@ class Trainer:
                 p.requires_grad_(False)
         self.fingerprint = config_fingerprint(cfg)
         self.step = 0
+        self._t_plugins = 0.0
         self.validation_problems = None
 
     # ------------------------------------------------------------------ checkpoints
@@ -221,15 +222,19 @@ class Trainer:
     def _collect(self, step: int) -> tuple[list[RolloutGroup], dict[str, float]]:
         cfg = self.cfg
         states: list[StartState] = []
+        tp = time.perf_counter()
         for src in self.sources:
             states = src.propose(step, states, self.ctx)
+        self._t_plugins += time.perf_counter() - tp
         target = len(states)
         groups, st = collect(states, step=step, round=0, ctx=self.ctx)
         new_tokens, instances, samples, rounds = st.new_tokens, st.prompt_instances, st.samples, 1
         while rounds < cfg.algo.max_gen_rounds:
             more: list[StartState] = []
+            tp = time.perf_counter()
             for src in self.sources:
                 more += src.refill(step, groups, self.ctx)
+            self._t_plugins += time.perf_counter() - tp
             if cfg.algo.dynamic_sampling:
                 n_mixed = sum(g.mixed for g in merge_groups(groups + []) if g.birth_step == step)
                 deficit = target - n_mixed - sum(1 for s in more if s.origin is Origin.FRESH)
@@ -350,20 +355,25 @@ class Trainer:
         self.ctx.step = step
         n_warn0 = len(self.ctx.warnings)
         self.ctx.extra_new_tokens = 0
+        self._t_plugins = 0.0
         t0 = time.perf_counter()
         groups, acc = self._collect(step)
         t_gen = time.perf_counter() - t0
         groups = estimate_advantages(cfg.algo.advantage, groups, cfg.algo.eps_sigma)
+        tp = time.perf_counter()
         for sh in self.shapers:
             groups = sh.shape(step, groups, self.ctx)
+        self._t_plugins += time.perf_counter() - tp
         kept = [g for g in groups if informative(g)] if cfg.algo.filter_zero_variance else list(groups)
         if cfg.algo.dynamic_sampling:
             fresh_kept = [g for g in kept if g.start.origin is Origin.FRESH][: int(acc["target_groups"])]
             keep_ids = {id(g) for g in fresh_kept}
             kept = [g for g in kept if g.start.origin is not Origin.FRESH or id(g) in keep_ids]
         trained = list(kept)
+        tp = time.perf_counter()
         for rp in self.replays:
             trained = rp.compose(step, trained, self.ctx)
+        self._t_plugins += time.perf_counter() - tp
         kept_ids = {id(g) for g in kept}
         replayed = [g for g in trained if id(g) not in kept_ids]
         kept = [g for g in trained if id(g) in kept_ids]
@@ -393,9 +403,11 @@ class Trainer:
         m.update(acc)
         m.update(self._group_metrics(groups, kept, replayed))
         record = StepRecord(step=step, generated=groups, trained=trained, metrics=m)
+        tp = time.perf_counter()
         for h in self.hooks:
             extra = h.after_step(step, record, self.ctx)
             m.update(extra or {})
+        self._t_plugins += time.perf_counter() - tp
         m["plugin_new_tokens"] = float(self.ctx.extra_new_tokens)
         m["gen_new_tokens"] = m["gen_new_tokens"] + float(self.ctx.extra_new_tokens)
         m["verify_warnings"] = float(len(self.ctx.warnings) - n_warn0)
@@ -404,6 +416,7 @@ class Trainer:
         m["time_generate_s"] = t_gen
         m["time_score_s"] = t_score
         m["time_train_s"] = t_train
+        m["time_plugins_s"] = self._t_plugins
         m["time_step_s"] = time.perf_counter() - t0
         self.step += 1
         return m

@@ -20,7 +20,9 @@ from vsr.atomic import write_text
 __all__ = ["MetricsWriter", "TIMING_KEYS", "read_metrics"]
 
 #: keys that measure wall time (excluded from bit-identity comparisons)
-TIMING_KEYS = ("time_generate_s", "time_score_s", "time_train_s", "time_step_s", "time_eval_s", "steps_per_s")
+TIMING_KEYS = (
+    "time_generate_s", "time_score_s", "time_train_s", "time_plugins_s", "time_step_s", "time_eval_s", "steps_per_s",
+)
 
 
 def _clean(v: Any) -> Any:

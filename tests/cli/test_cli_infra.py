@@ -92,3 +92,22 @@ def test_figures_driver_quick(tmp_path, capsys):
     assert all(r["passed"] for r in rows) and all(r["cases"] == 20 for r in rows)
     with pytest.raises(SystemExit, match="unknown figure"):
         main(["figures", "--out", str(tmp_path), "--only", "nope"])
+
+
+def test_config_extends_deep_merges_and_refuses_cycles(tmp_path):
+    from llm_harness.trainer.config import TrainConfig
+    from vsr.config_io import load_config, read_mapping
+
+    (tmp_path / "base.yaml").write_text("seed: 3\nrollout: {group_size: 4, max_new_tokens: 32}\nplugins: {vsr: {rho: 0.5}}\n")
+    (tmp_path / "mid.yaml").write_text("extends: base.yaml\nrollout: {group_size: 6}\nplugins: {vsr: {window: 2}}\n")
+    (tmp_path / "top.yaml").write_text("extends: mid.yaml\nsteps: 7\n")
+    cfg = load_config(TrainConfig, tmp_path / "top.yaml")
+    assert (cfg.seed, cfg.steps, cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (3, 7, 6, 32)
+    assert cfg.plugins == {"vsr": {"rho": 0.5, "window": 2}}
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ValueError, match="cycle"):
+        read_mapping(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("extends: missing.yaml\n")
+    with pytest.raises(ValueError, match="not found"):
+        read_mapping(tmp_path / "c.yaml")

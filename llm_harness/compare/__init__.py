@@ -1,0 +1,7 @@
+"""Seeded method comparisons on a shared budget (``vsr compare``; issue 7 item 5).
+
+* :mod:`.suite` — suites of methods (config files) x regimes (overrides);
+* :mod:`.runner` — ``run(CompareConfig)``: trains every (regime, method, seed) in worker
+  processes, resumable, then writes the report;
+* :mod:`.report` — tables with seed confidence intervals, token accounting, overheads, figures.
+"""

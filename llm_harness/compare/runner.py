@@ -1,0 +1,209 @@
+"""``vsr compare --suite NAME``: train every (regime, method, seed) of a suite and write the report.
+
+Runs go to ``OUT/runs/<regime>/<method>/seed<k>/`` (a normal run directory: config, metrics,
+final checkpoint) and end with ``done.json``; a rerun with the same settings skips finished runs
+and restarts unfinished ones (resumable). ``OUT/runs/<regime>/base/seed<k>/done.json`` holds the
+evaluation of the untrained starting checkpoint with the same evaluation seed. Jobs run in
+``workers`` processes (spawned; torch at one thread each). The report (:mod:`.report`) is
+written to ``OUT/report.md`` with figures beside it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import json
+import multiprocessing as mp
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_harness.compare.suite import SUITES, Suite, run_mapping
+from vsr.atomic import write_json
+
+__all__ = ["CompareConfig", "Job", "plan_jobs", "run"]
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Options of ``vsr compare``."""
+
+    suite: str = "testbed"
+    """Registered suite (``llm_harness.compare.suite.SUITES``)."""
+    out: Path = Path("runs/compare_testbed")
+    """Output folder (runs, report.md, figures)."""
+    seeds: int = 3
+    """Seeds per (regime, method): 0 .. seeds-1."""
+    steps: int = 40
+    """Training steps of every run (matched update counts)."""
+    eval_problems: int = 128
+    """Held-out problems evaluated (validation split)."""
+    eval_k: int = 8
+    """Samples per held-out problem (avg@1 is their mean, pass@k from them)."""
+    eval_every: int = 0
+    """Held-out evaluation every this many steps (0: at steps/2 and at the end)."""
+    workers: int = 2
+    """Parallel training processes."""
+    methods: tuple[str, ...] = ()
+    """Only these methods (default: all of the suite)."""
+    regimes: tuple[str, ...] = ()
+    """Only these regimes (default: all)."""
+    report_only: bool = False
+    """Do not train; rebuild the report from the runs already in ``out``."""
+    quick: bool = False
+    """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples."""
+
+    def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise ValueError(f"suite: unknown suite {self.suite!r}; known: {sorted(SUITES)}")
+        for name in ("seeds", "steps", "eval_problems", "eval_k", "workers"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: must be an int >= 1, got {v!r}")
+        if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise ValueError(f"eval_every: must be an int >= 0, got {self.eval_every!r}")
+        s = SUITES[self.suite]
+        bad = sorted(set(self.methods) - {m.name for m in s.methods})
+        if bad:
+            raise ValueError(f"methods: unknown in suite {self.suite!r}: {bad}; known: {[m.name for m in s.methods]}")
+        bad = sorted(set(self.regimes) - {r.name for r in s.regimes})
+        if bad:
+            raise ValueError(f"regimes: unknown in suite {self.suite!r}: {bad}; known: {[r.name for r in s.regimes]}")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: a training run, or the evaluation of the starting checkpoint (``method == 'base'``)."""
+
+    regime: str
+    method: str
+    seed: int
+    run_dir: str
+    mapping: dict = field(hash=False)
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.mapping, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _sizes(cfg: CompareConfig) -> dict[str, int]:
+    if cfg.quick:
+        return {"seeds": 1, "steps": 3, "eval_problems": 16, "eval_k": 2, "eval_every": 3}
+    every = cfg.eval_every or max(1, cfg.steps // 2)
+    return {"seeds": cfg.seeds, "steps": cfg.steps, "eval_problems": cfg.eval_problems, "eval_k": cfg.eval_k,
+            "eval_every": every}
+
+
+def plan_jobs(cfg: CompareConfig) -> list[Job]:
+    """Every job of the comparison (base evaluations first), with resolved config mappings."""
+    suite: Suite = SUITES[cfg.suite]
+    z = _sizes(cfg)
+    methods = [m for m in suite.methods if not cfg.methods or m.name in cfg.methods]
+    regimes = [r for r in suite.regimes if not cfg.regimes or r.name in cfg.regimes]
+    base_method = next(m for m in suite.methods if m.name == suite.reference)
+    jobs: list[Job] = []
+    for r in regimes:
+        for seed in range(z["seeds"]):
+            d = cfg.out / "runs" / r.name / "base" / f"seed{seed}"
+            mp_ = run_mapping(base_method, r, seed=seed, steps=z["steps"], run_dir=str(d), eval_problems=z["eval_problems"],
+                              eval_k=z["eval_k"], eval_every=z["eval_every"])
+            jobs.append(Job(r.name, "base", seed, str(d), mp_))
+    for r in regimes:
+        for m in methods:
+            for seed in range(z["seeds"]):
+                d = cfg.out / "runs" / r.name / m.name / f"seed{seed}"
+                mp_ = run_mapping(m, r, seed=seed, steps=z["steps"], run_dir=str(d), eval_problems=z["eval_problems"],
+                                  eval_k=z["eval_k"], eval_every=z["eval_every"])
+                jobs.append(Job(r.name, m.name, seed, str(d), mp_))
+    return jobs
+
+
+def _done(job: Job) -> bool:
+    p = Path(job.run_dir) / "done.json"
+    if not p.is_file():
+        return False
+    try:
+        return json.loads(p.read_text()).get("fingerprint") == job.fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def _execute(job: Job) -> dict[str, Any]:
+    """Worker: run one job and write its ``done.json`` (returns it)."""
+    import torch
+
+    from llm_harness.trainer.config import TrainConfig
+    from vsr.config_io import from_dict
+
+    torch.set_num_threads(1)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is a core dependency
+        pass
+    cfg = from_dict(TrainConfig, job.mapping, where=f"{job.regime}/{job.method}")
+    d = Path(job.run_dir)
+    if d.exists():
+        shutil.rmtree(d)  # an unfinished (or stale) run restarts from scratch
+    d.mkdir(parents=True)
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"regime": job.regime, "method": job.method, "seed": job.seed, "fingerprint": job.fingerprint}
+    if job.method == "base":
+        from llm_harness.tasks import get_task
+        from llm_harness.trainer.entry import build_backend
+        from llm_harness.trainer.loop import Trainer
+        from llm_harness.trainer.modeling import build_model
+
+        task = get_task(cfg.task.name, **cfg.task.params)
+        model, tok = build_model(cfg.model, cfg.seed)
+        tr = Trainer(cfg, model=model, tokenizer=tok, backend=build_backend(model, tok, cfg), task=task)
+        try:
+            out["validation"] = tr.validate()
+        finally:
+            tr.close()
+        out["rc"] = 0
+    else:
+        from llm_harness.trainer.entry import train
+
+        out["rc"] = int(train(cfg))
+    out["wall_s"] = time.perf_counter() - t0
+    write_json(d / "done.json", out)
+    return out
+
+
+def run(cfg: CompareConfig) -> int:
+    """Train what is missing, then write the report; exit code 1 if a run failed."""
+    from tqdm.auto import tqdm
+
+    from llm_harness.compare.report import write_report
+
+    jobs = plan_jobs(cfg)
+    todo = [] if cfg.report_only else [j for j in jobs if not _done(j)]
+    print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(todo)} already done, "
+          f"{len(todo)} to run on {cfg.workers} worker(s) -> {cfg.out}", flush=True)
+    failures = 0
+    t0 = time.perf_counter()
+    if todo:
+        ctx = mp.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=cfg.workers, mp_context=ctx) as pool:
+            futs = {pool.submit(_execute, j): j for j in todo}
+            bar = tqdm(cf.as_completed(futs), total=len(futs), desc="runs", file=sys.stdout)
+            for f in bar:
+                j = futs[f]
+                try:
+                    res = f.result()
+                    if res.get("rc", 1) != 0:
+                        failures += 1
+                        print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
+                except Exception as exc:  # noqa: BLE001 - report and keep the other runs going
+                    failures += 1
+                    print(f"  FAILED: {j.regime}/{j.method}/seed{j.seed}: {type(exc).__name__}: {exc}", flush=True)
+                bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
+    wall = time.perf_counter() - t0
+    path = write_report(cfg, jobs, train_wall_s=wall if todo else None)
+    print(f"report: {path}", flush=True)
+    return 1 if failures else 0

@@ -1,0 +1,128 @@
+"""Comparison suites: which methods, in which regimes (issue 7 item 5).
+
+A :class:`Suite` is a list of :class:`Method` (a label and a config file in ``configs/``) and of
+:class:`Regime` (config overrides applied to every method, plus overrides applied only to
+methods that use a given plug-in, e.g. VSR's expert cold start in the hard regime). The run
+config of (regime, method, seed) is ``configs/<file>`` (with its ``extends`` chain) deep-merged
+with the regime's overrides and the suite's run settings (:func:`run_mapping`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from vsr.config_io import deep_merge, read_mapping
+
+__all__ = ["CONFIG_DIR", "Method", "Regime", "SUITES", "Suite", "register_suite", "run_mapping"]
+
+#: the repository's configs/ folder
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One compared configuration."""
+
+    name: str
+    """Short identifier (run folder name)."""
+    config: str
+    """Config file under ``configs/``."""
+    label: str
+    """Name in the report."""
+    family: str = "baseline"
+    """Grouping in the report (baseline, vsr, replay, extra, composition)."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A training/evaluation setting shared by every method of the suite."""
+
+    name: str
+    """Identifier."""
+    description: str
+    """One line for the report."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Deep-merged into every method's config."""
+    plugin_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """``{plugin: params}`` merged into a method's plug-in params when the method uses that plug-in."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Methods × regimes, compared at matched update counts."""
+
+    name: str
+    methods: tuple[Method, ...]
+    regimes: tuple[Regime, ...]
+    reference: str = "grpo"
+    """Method the others are compared against (token ratios, overheads)."""
+
+
+SUITES: dict[str, Suite] = {}
+
+
+def register_suite(s: Suite) -> Suite:
+    """Add a suite (duplicate names rejected)."""
+    if s.name in SUITES:
+        raise ValueError(f"name: suite {s.name!r} is already registered")
+    SUITES[s.name] = s
+    return s
+
+
+def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_dir: str, eval_problems: int, eval_k: int,
+                eval_every: int, config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
+    """The config mapping of one run (module doc); raises ValueError for a missing config file."""
+    path = config_dir / method.config
+    if not path.is_file():
+        raise ValueError(f"suite: method {method.name!r} needs {path}, which does not exist")
+    data = deep_merge(read_mapping(path), dict(regime.overrides))
+    plugins = dict(data.get("plugins") or {})
+    for name, params in regime.plugin_overrides.items():
+        if name in plugins:
+            plugins[name] = {**(plugins[name] or {}), **dict(params)}
+    data["plugins"] = plugins
+    data = deep_merge(data, {
+        "seed": int(seed),
+        "steps": int(steps),
+        "validation": {"every": int(eval_every), "n_problems": int(eval_problems), "k": int(eval_k)},
+        "run": {"run_dir": run_dir, "progress": False, "checkpoint_every": 0, "keep_checkpoints": 1, "num_threads": 1},
+    })
+    return data
+
+
+_HARD = {"task": {"params": {"min_terms": 7, "max_terms": 9}}}
+
+register_suite(
+    Suite(
+        name="testbed",
+        methods=(
+            Method("grpo", "testbed_grpo.yaml", "GRPO"),
+            Method("dapo", "testbed_dapo.yaml", "DAPO (dynamic sampling)"),
+            Method("sft", "testbed_sft.yaml", "SFT on expert solutions"),
+            Method("reinforce_ada", "testbed_reinforce_ada_est.yaml", "Reinforce-Ada-Est (prompt-level reallocation)"),
+            Method("vsr", "testbed_vsr.yaml", "VSR", "vsr"),
+            Method("vsr_uniform", "testbed_vsr_uniform.yaml", "VSR w/o scoring", "vsr"),
+            Method("vsr_norecency", "testbed_vsr_norecency.yaml", "VSR w/o recency", "vsr"),
+            Method("vsr_static_expert", "testbed_vsr_static_expert.yaml", "static uniform expert-prefix resets", "vsr"),
+            Method("vsr_oracle", "testbed_vsr_oracle.yaml", "VSR, oracle Monte-Carlo score", "vsr"),
+            Method("replay", "testbed_replay.yaml", "|A| replay (rollout level, fresh-anchored)", "replay"),
+            Method("replay_uniform_pool", "testbed_replay_uniform_pool.yaml", "replay: uniform, query level, pool", "replay"),
+            Method("replay_sigma_pool", "testbed_replay_sigma_pool.yaml", "replay: σ_g, query level, pool", "replay"),
+            Method("extra_n", "testbed_extra_n.yaml", "ExTra-N (novelty)", "extra"),
+            Method("extra_r", "testbed_extra_r.yaml", "ExTra-R (MTE regeneration)", "extra"),
+            Method("extra_full", "testbed_extra_full.yaml", "ExTra (full)", "extra"),
+            Method("compose", "testbed_compose.yaml", "VSR + ExTra novelty + |A| replay", "composition"),
+        ),
+        regimes=(
+            Regime("normal", "the 'mid' checkpoint on the normal split (2-6 term chains)"),
+            Regime(
+                "hard",
+                "the 'mid' checkpoint on 7-9 term chains, VSR buffers cold-started from expert solutions (VSR's regime)",
+                overrides=_HARD,
+                plugin_overrides={"vsr": {"cold_start": True, "cold_start_problems": 512}},
+            ),
+        ),
+    )
+)

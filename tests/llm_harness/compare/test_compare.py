@@ -1,0 +1,101 @@
+"""``vsr compare``: job planning, seed intervals, verdicts, the report, resumability."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm_harness.compare.report import seed_interval, write_report
+from llm_harness.compare.runner import CompareConfig, plan_jobs, run
+from llm_harness.compare.suite import SUITES
+from llm_harness.trainer.config import TrainConfig
+from llm_harness.trainer.loop import check_registries
+from vsr.config_io import from_dict
+
+
+def test_plan_covers_every_regime_method_seed_and_builds_valid_configs(tmp_path):
+    cfg = CompareConfig(out=tmp_path, seeds=2, steps=5)
+    jobs = plan_jobs(cfg)
+    s = SUITES["testbed"]
+    assert len(jobs) == len(s.regimes) * 2 * (len(s.methods) + 1)
+    assert len({j.run_dir for j in jobs}) == len(jobs)
+    for j in jobs:
+        tc = from_dict(TrainConfig, j.mapping)
+        check_registries(tc)
+        assert tc.steps == 5 and tc.seed == j.seed and tc.validation.every == 2 and tc.validation.k == 8
+        if j.regime == "hard":
+            assert tc.task.params["min_terms"] == 7
+            if "vsr" in tc.plugins:
+                assert tc.plugins["vsr"]["cold_start"] is True
+        elif "vsr" in tc.plugins and j.method != "vsr_static_expert":
+            assert not tc.plugins["vsr"].get("cold_start", False)
+
+
+def test_config_validation_names_the_field(tmp_path):
+    with pytest.raises(ValueError, match="suite"):
+        CompareConfig(suite="nope")
+    with pytest.raises(ValueError, match="methods"):
+        CompareConfig(methods=("grpo", "nope"))
+    with pytest.raises(ValueError, match="seeds"):
+        CompareConfig(seeds=0)
+
+
+def test_seed_interval_is_the_student_t_interval():
+    m, lo, hi = seed_interval([1.0, 2.0, 3.0])
+    h = 4.302652729749464 * 1.0 / math.sqrt(3)
+    assert m == 2.0 and lo == pytest.approx(2 - h, rel=1e-9) and hi == pytest.approx(2 + h, rel=1e-9)
+    assert math.isnan(seed_interval([0.5])[1])
+
+
+def _fake_run(job, avg, tokens):
+    d = Path(job.run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    info = {"rc": 0, "fingerprint": job.fingerprint, "wall_s": 1.0}
+    if job.method == "base":
+        info["validation"] = {"val_avg_at_8": 0.3, "val_pass_at_8": 0.6}
+    else:
+        rows = [{"step": s, "gen_new_tokens": tokens, "prompt_instances": 8.0, "mixed_frac_fresh": 0.5,
+                 "time_step_s": 1.0, "time_plugins_s": 0.01, "reward_mean": 0.4} for s in range(4)]
+        rows[1].update({"val_avg_at_8": avg - 0.01, "val_pass_at_8": 0.7})
+        rows[3].update({"val_avg_at_8": avg, "val_pass_at_8": 0.75})
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (d / "done.json").write_text(json.dumps(info))
+
+
+def test_report_verdicts_tokens_and_escaping(tmp_path):
+    cfg = CompareConfig(out=tmp_path, seeds=3, steps=4, methods=("grpo", "vsr", "replay", "dapo"), regimes=("normal",))
+    jobs = plan_jobs(cfg)
+    rng = np.random.default_rng(0)
+    for j in jobs:
+        base = 0.4 + 0.01 * j.seed
+        avg = {"grpo": base, "vsr": base + 0.05 + 0.002 * rng.random(), "replay": base - 0.05 - 0.002 * rng.random(),
+               "dapo": base + (0.01 if j.seed % 2 else -0.01)}.get(j.method, 0.3)
+        _fake_run(j, avg, 1000.0 if j.method != "vsr" else 600.0)
+    path = write_report(cfg, jobs)
+    text = path.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "seeds)" in line]
+    vsr_row = next(v for v in rows if v.startswith("| VSR ("))
+    assert "| better |" in vsr_row and "| 600 | 0.60 |" in vsr_row
+    rep_row = next(v for v in rows if "replay (rollout level" in v)
+    assert "| worse |" in rep_row and rep_row.startswith("| \\|A\\| replay")
+    assert "| no detectable difference |" in next(v for v in rows if v.startswith("| DAPO"))
+    assert "VSR generates 0.60x GRPO's new tokens" in text
+    assert (tmp_path / "compare_final.png").stat().st_size > 0 and (tmp_path / "compare_curves.png").exists()
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["summary"]["normal"]["base"]["0"]["avg"] == 0.3
+
+
+@pytest.mark.slow
+def test_quick_comparison_end_to_end_and_resume(tmp_path, capsys):
+    cfg = CompareConfig(out=tmp_path, quick=True, methods=("grpo", "vsr"), regimes=("normal",), workers=1)
+    assert run(cfg) == 0
+    assert (tmp_path / "report.md").is_file()
+    for j in plan_jobs(cfg):
+        assert json.loads((Path(j.run_dir) / "done.json").read_text())["rc"] == 0
+    capsys.readouterr()
+    assert run(cfg) == 0
+    assert "3 already done, 0 to run" in capsys.readouterr().out
