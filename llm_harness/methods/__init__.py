@@ -10,6 +10,6 @@ trainer imports it before looking plug-ins up):
 Any subset composes in one run: list several under ``plugins:`` in the config.
 """
 
-from llm_harness.methods import replay, vsr  # noqa: F401  (registration side effects)
+from llm_harness.methods import extra, replay, vsr  # noqa: F401  (registration side effects)
 
-__all__ = ["replay", "vsr"]
+__all__ = ["extra", "replay", "vsr"]

@@ -39,31 +39,11 @@ def plugin_config(cls: type[T], params: Mapping[str, Any], plugin: str) -> T:
 
 
 def step_end_positions(codec: Any, task: Any, ids: Sequence[int]) -> list[int]:
-    """Token counts ``i`` (``0 < i < len(ids)``) at which a reasoning step of ``ids`` ends.
+    """Token counts ``i`` (``0 < i < len(ids)``) at which a reasoning step of ``ids`` ends
+    (``task.split_steps`` on the decoded text, mapped to tokens by :func:`~llm_harness.methods.mte.char_to_token_cuts`)."""
+    from llm_harness.methods.mte import char_to_token_cuts, step_char_cuts
 
-    The response text is split with ``task.split_steps``; a step ending at character ``c`` maps to
-    the smallest ``i`` whose decoded prefix covers ``c`` characters (prefix lengths from the
-    cumulative decoded length of each token, exact for tokenizers whose decoding is concatenative
-    per token, such as the test bed's character tokenizer).
-    """
     ids = list(ids)
-    if len(ids) < 2:
-        return []
-    lens = [len(codec.decode([t])) for t in ids]
     text = codec.decode(ids)
-    if sum(lens) != len(text):  # non-concatenative decoding: decode every prefix (exact, slower)
-        lens = []
-        prev = 0
-        for i in range(1, len(ids) + 1):
-            n = len(codec.decode(ids[:i]))
-            lens.append(n - prev)
-            prev = n
-    ends = [s.end for s in task.split_steps(text)[:-1]]
-    out, acc, j = [], 0, 0
-    for i, n in enumerate(lens, start=1):
-        acc += n
-        while j < len(ends) and ends[j] <= acc:
-            if 0 < i < len(ids) and (not out or out[-1] != i):
-                out.append(i)
-            j += 1
-    return out
+    cuts = char_to_token_cuts(ids, step_char_cuts(task.split_steps(text), len(text)), codec.decode)
+    return [i for i in cuts if 0 < i < len(ids)]

@@ -202,6 +202,10 @@ class TrainBatch:
             rewards=self.rewards[idx],
         )
 
+    def to(self, device: torch.device | str) -> "TrainBatch":
+        """The batch with every tensor on ``device`` (the policy's device)."""
+        return TrainBatch(**{k: getattr(self, k).to(device) for k in self.__dataclass_fields__})
+
     def to_dict(self) -> dict[str, torch.Tensor]:
         """Plain tensors (for saving an offending batch)."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

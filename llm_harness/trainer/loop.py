@@ -171,6 +171,8 @@ class Trainer:
         self.fingerprint = config_fingerprint(cfg)
         self.step = 0
         self._t_plugins = 0.0
+        params = list(model.parameters())
+        self.device = params[0].device if params else torch.device("cpu")
         self.validation_problems = None
 
     # ------------------------------------------------------------------ checkpoints
@@ -313,8 +315,8 @@ class Trainer:
                     else:
                         loss = sft_loss(lp, mb.loss_mask, agg=a.loss_agg, norm_len=float(cfg.rollout.max_new_tokens),
                                         weights=mb.weights)
-                        clip_t += torch.zeros(n_origins, dtype=torch.float64).index_add_(
-                            0, mb.origin, mb.loss_mask.sum(-1).double())
+                        clip_t += torch.zeros(n_origins, dtype=torch.float64, device=mb.origin.device).index_add_(
+                            0, mb.origin, mb.loss_mask.sum(-1).double()).cpu()
                     if not torch.isfinite(loss):
                         p = self._save_bad_batch(mb, step, "loss")
                         raise NonFiniteLossError(f"non-finite loss {float(loss.detach())} at step {step}; batch saved to {p}")
@@ -382,10 +384,10 @@ class Trainer:
         t_score = 0.0
         t_train = 0.0
         if trained:
-            batch = build_batch(trained, self.codec.pad_token_id)
+            batch = build_batch(trained, self.codec.pad_token_id).to(self.device)
             old_lp = batch.old_logprobs
             if cfg.algo.old_logprobs == "recompute":
-                fresh_rows = torch.tensor([g.birth_step == step for g in trained for _ in range(g.size)])
+                fresh_rows = torch.tensor([g.birth_step == step for g in trained for _ in range(g.size)], device=self.device)
                 rec = self._no_grad_logprobs(self.model, batch)
                 old_lp = torch.where(fresh_rows[:, None], rec, old_lp)
             ref_lp = self._no_grad_logprobs(self.ref_model, batch) if self.ref_model is not None else None
@@ -443,6 +445,8 @@ class Trainer:
             gs = [g for g in fresh_gen if g.start.origin is o]
             m[f"mixed_frac_{o.value}"] = float(np.mean([g.mixed for g in gs])) if gs else float("nan")
             m[f"groups_{o.value}"] = float(len(gs))
+        fresh_only = [bool(v.correct) for g in fresh_gen if g.start.origin is Origin.FRESH for v in g.verify if v is not None]
+        m["accuracy_fresh"] = float(np.mean(fresh_only)) if fresh_only else float("nan")
         c_len = [len(r) for g in fresh_gen for r, v in zip(g.response_ids, g.verify) if v is not None and v.correct]
         w_len = [len(r) for g in fresh_gen for r, v in zip(g.response_ids, g.verify) if v is not None and not v.correct]
         m["length_correct"] = float(np.mean(c_len)) if c_len else float("nan")

@@ -197,6 +197,6 @@ def clip_fraction_by_origin(clipped: torch.Tensor, mask: torch.Tensor, origin: t
     m = mask.to(torch.float64)
     per_row_clip = (clipped.to(torch.float64) * m).sum(-1)
     per_row_tok = m.sum(-1)
-    c = torch.zeros(n_origins, dtype=torch.float64).index_add_(0, origin, per_row_clip)
-    t = torch.zeros(n_origins, dtype=torch.float64).index_add_(0, origin, per_row_tok)
-    return c, t
+    c = torch.zeros(n_origins, dtype=torch.float64, device=origin.device).index_add_(0, origin, per_row_clip)
+    t = torch.zeros(n_origins, dtype=torch.float64, device=origin.device).index_add_(0, origin, per_row_tok)
+    return c.cpu(), t.cpu()

@@ -17,12 +17,17 @@ from typing import Any, Mapping
 
 from vsr.atomic import write_text
 
-__all__ = ["MetricsWriter", "TIMING_KEYS", "read_metrics"]
+__all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "read_metrics"]
 
 #: keys that measure wall time (excluded from bit-identity comparisons)
 TIMING_KEYS = (
     "time_generate_s", "time_score_s", "time_train_s", "time_plugins_s", "time_step_s", "time_eval_s", "steps_per_s",
 )
+
+
+def is_timing_key(key: str) -> bool:
+    """Wall-time metrics (the fixed ones and any plug-in's ``time_*``), which differ between identical runs."""
+    return key in TIMING_KEYS or key.startswith("time_")
 
 
 def _clean(v: Any) -> Any:

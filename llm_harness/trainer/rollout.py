@@ -18,11 +18,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from llm_harness.backends import SamplingParams, continuation_budget
+from llm_harness.backends import Sample, SamplingParams, continuation_budget
 from llm_harness.tasks import ParseStatus, Problem, Task, VerifyResult
 from llm_harness.trainer.data import RolloutGroup, StartState
 
-__all__ = ["COLLECTORS", "SafeVerifier", "collect", "derive_seed", "merge_groups", "register_collector"]
+__all__ = ["COLLECTORS", "SafeVerifier", "collect", "derive_seed", "merge_groups", "register_collector", "truncate_sample"]
 
 
 def derive_seed(*parts: int) -> int:
@@ -114,6 +114,19 @@ def register_collector(name: str) -> Callable[[Collector], Collector]:
     return deco
 
 
+def truncate_sample(sample: Any, budget: int) -> Any:
+    """``sample`` cut to its first ``budget`` tokens (finish reason ``length`` when cut).
+
+    States with different prefix lengths have different response budgets; they are sampled in one
+    backend call with the largest budget and cut here, which gives each state exactly the
+    distribution of a call with its own budget (the first ``budget`` tokens of an autoregressive
+    sample do not depend on the later ones); the discarded tokens are not counted.
+    """
+    if len(sample.token_ids) <= budget:
+        return sample
+    return Sample(tuple(sample.token_ids[:budget]), tuple(sample.sampling_logprobs[:budget]), "length")
+
+
 def _completion_text(ctx: Any, prefix: Sequence[int], sample_ids: Sequence[int], stopped: bool) -> str:
     ids = list(prefix) + list(sample_ids[:-1] if stopped and sample_ids else sample_ids)
     return ctx.codec.decode(ids)
@@ -124,22 +137,22 @@ def generate_groups(states: Sequence[StartState], *, step: int, round: int, ctx:
     """Sample ``n`` (state's own or G) continuations of every state, verify prefix + continuation
     against the state's own problem (SPEC §3.4), and return one group per state (input order)."""
     cfg = ctx.config.rollout
-    buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
+    buckets: dict[int, list[int]] = defaultdict(list)
+    budgets = []
     for i, s in enumerate(states):
-        n = s.n if s.n is not None else cfg.group_size
-        budget = continuation_budget(len(s.prefix_ids), cfg.max_new_tokens)
-        buckets[(n, budget)].append(i)
+        buckets[s.n if s.n is not None else cfg.group_size].append(i)
+        budgets.append(continuation_budget(len(s.prefix_ids), cfg.max_new_tokens))
     samples: list[list[Any] | None] = [None] * len(states)
-    for call, ((n, budget), idx) in enumerate(sorted(buckets.items())):
+    for call, (n, idx) in enumerate(sorted(buckets.items())):
         sp = SamplingParams(
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            max_new_tokens=budget,
+            max_new_tokens=max(budgets[i] for i in idx),
             seed=derive_seed(ctx.config.seed, step, round, call),
         )
         res = ctx.backend.generate([list(states[i].context_ids) for i in idx], n, sp)
         for i, r in zip(idx, res):
-            samples[i] = r
+            samples[i] = [truncate_sample(x, budgets[i]) for x in r]
     problems, texts = [], []
     for s, ss in zip(states, samples):
         for smp in ss:

@@ -13,7 +13,7 @@ from llm_harness.trainer.config import AlgoConfig, RolloutConfig, RunConfig, Tra
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState
 from llm_harness.trainer.entry import build_backend
 from llm_harness.trainer.loop import NonFiniteLossError, Trainer
-from llm_harness.trainer.metrics import TIMING_KEYS, read_metrics
+from llm_harness.trainer.metrics import is_timing_key, read_metrics
 from llm_harness.trainer.modeling import build_model
 from llm_harness.trainer.plugins import AdvantageShaper, RolloutReplay, StartStateSource, StepHook, allocate_counts
 from llm_harness.trainer.testing import ToyTask, tiny_config
@@ -147,7 +147,7 @@ def test_loop_calls_every_plugin_point(tmp_path):
 
 
 def _strip(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
 
 
 def test_resume_is_bit_identical(tmp_path):
@@ -439,3 +439,32 @@ def test_grpo_learns_the_toy_task(tmp_path):
     t.close()
     r = [x["reward_mean"] for x in rows]
     assert np.mean(r[-10:]) > np.mean(r[:10]) + 0.2
+
+
+def test_states_with_different_prefixes_share_one_backend_call_and_keep_their_budgets(tmp_path):
+    from llm_harness.backends import Sample
+    from llm_harness.trainer.rollout import collect, truncate_sample
+
+    cfg = tiny_config(str(tmp_path / "r"), steps=1)
+    tr = _trainer(cfg)
+    calls = []
+    orig = tr.backend.generate
+
+    def spy(prompts, n, sp):
+        calls.append((len(prompts), n, sp.max_new_tokens))
+        return orig(prompts, n, sp)
+
+    tr.backend.generate = spy
+    p = tr.fresh.problems[0]
+    ids = tr.fresh.encode(p)
+    states = [StartState(ids, p, tuple(tr.codec.encode("1" * k)), Origin.REPLAYED_PREFIX) for k in (0, 2, 5)]
+    groups, st = collect(states, step=0, round=0, ctx=tr.ctx)
+    tr.close()
+    assert calls == [(3, 4, 8)]  # one call, the largest budget (max_new_tokens 8, empty prefix)
+    for g, k in zip(groups, (0, 2, 5)):
+        assert all(len(r) <= 8 - k for r in g.response_ids)
+        assert all(len(b) == len(r) for b, r in zip(g.behaviour_logprobs, g.response_ids))
+    assert st.new_tokens == sum(len(r) for g in groups for r in g.response_ids)
+    s = Sample((1, 2, 3), (-0.1, -0.2, -0.3), "stop")
+    assert truncate_sample(s, 3) is s
+    assert truncate_sample(s, 2) == Sample((1, 2), (-0.1, -0.2), "length")
