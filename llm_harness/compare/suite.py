@@ -15,7 +15,11 @@ from typing import Any, Mapping
 
 from vsr.config_io import deep_merge, read_mapping
 
-__all__ = ["CONFIG_DIR", "Method", "Regime", "SUITES", "Suite", "register_suite", "run_mapping"]
+__all__ = ["CONFIG_DIR", "WARMUP_KEYS", "Method", "Regime", "SUITES", "Suite", "register_suite", "run_mapping"]
+
+#: plug-in parameters counted in steps that :func:`run_mapping` scales from the config's ``steps`` to
+#: the suite's (replay/ExTra warm-ups, VSR's freeze point without recency)
+WARMUP_KEYS = ("warmup", "warmup_steps", "freeze_after")
 
 #: the repository's configs/ folder
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -73,15 +77,25 @@ def register_suite(s: Suite) -> Suite:
 
 def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_dir: str, eval_problems: int, eval_k: int,
                 eval_every: int, config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
-    """The config mapping of one run (module doc); raises ValueError for a missing config file."""
+    """The config mapping of one run (module doc); raises ValueError for a missing config file.
+
+    Plug-in warm-ups (:data:`WARMUP_KEYS`) are rescaled by ``steps / config steps`` (at least 1), so
+    a 150-step config's 18-step warm-up becomes 5 steps in a 40-step comparison."""
     path = config_dir / method.config
     if not path.is_file():
         raise ValueError(f"suite: method {method.name!r} needs {path}, which does not exist")
     data = deep_merge(read_mapping(path), dict(regime.overrides))
-    plugins = dict(data.get("plugins") or {})
+    native = int(data.get("steps", steps))
+    plugins = {}
+    for name, params in (data.get("plugins") or {}).items():
+        params = dict(params or {})
+        for key in WARMUP_KEYS:  # keep each warm-up's share of the run when the suite runs fewer steps
+            if key in params and native > 0:
+                params[key] = max(1, round(params[key] * steps / native))
+        plugins[name] = params
     for name, params in regime.plugin_overrides.items():
         if name in plugins:
-            plugins[name] = {**(plugins[name] or {}), **dict(params)}
+            plugins[name] = {**plugins[name], **dict(params)}
     data["plugins"] = plugins
     data = deep_merge(data, {
         "seed": int(seed),
@@ -119,9 +133,9 @@ register_suite(
             Regime("normal", "the 'mid' checkpoint on the normal split (2-6 term chains)"),
             Regime(
                 "hard",
-                "the 'mid' checkpoint on 7-9 term chains, VSR buffers cold-started from expert solutions (VSR's regime)",
+                "the 'mid' checkpoint on 7-9 term chains, VSR buffers cold-started from expert solutions of 512 training problems, recency window 20 (VSR's regime)",
                 overrides=_HARD,
-                plugin_overrides={"vsr": {"cold_start": True, "cold_start_problems": 512}},
+                plugin_overrides={"vsr": {"cold_start": True, "cold_start_problems": 512, "window": 20}},
             ),
         ),
     )

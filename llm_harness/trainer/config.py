@@ -256,6 +256,10 @@ class RunConfig:
     """Show a tqdm progress bar."""
     tensorboard: bool = False
     """Also write scalars with ``torch.utils.tensorboard`` (needs the tensorboard package)."""
+    wandb_project: str = ""
+    """Also log to Weights & Biases under this project (empty: off; needs the ``wandb`` package)."""
+    wandb_mode: str = "online"
+    """``online``, ``offline`` (write locally, sync later) or ``disabled``."""
     num_threads: int = 0
     """torch CPU threads (0: leave torch's default)."""
     stop_after: int = 0
@@ -268,6 +272,7 @@ class RunConfig:
         _num("checkpoint_every", self.checkpoint_every, 0, integer=True)
         _num("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
         _num("num_threads", self.num_threads, 0, integer=True)
+        _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         _num("stop_after", self.stop_after, 0, integer=True)
 
 

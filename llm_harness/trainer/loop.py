@@ -135,6 +135,11 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, model: Any, tokenizer: Any, backend: Any, task: Any,
                  extra_plugins: list[Plugin] | None = None):
         check_registries(cfg)
+        if cfg.run.wandb_project:
+            import importlib.util
+
+            if importlib.util.find_spec("wandb") is None:
+                raise ValueError("run.wandb_project: the wandb package is not installed (pip install wandb), or leave it empty")
         self.cfg = cfg
         self.model = model
         self.backend = backend
@@ -473,13 +478,26 @@ class Trainer:
         out["val_length_mean"] = res["length_mean"]
         return out
 
+    def _wandb_init(self) -> dict[str, Any] | None:
+        """``wandb.init`` arguments (a stable run id from the run directory, so a resume continues the same run)."""
+        r = self.cfg.run
+        if not r.wandb_project:
+            return None
+        import hashlib
+
+        from vsr.config_io import to_dict
+
+        rid = hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:12]
+        return {"project": r.wandb_project, "name": self.run_dir.name, "id": rid, "resume": "allow", "mode": r.wandb_mode,
+                "dir": str(self.run_dir), "config": to_dict(self.cfg)}
+
     def fit(self) -> list[dict[str, Any]]:
         """Train from ``self.step`` to ``config.steps`` (or ``run.stop_after`` steps), with metrics,
         validation and checkpoints; returns this invocation's metric rows."""
         from tqdm.auto import tqdm
 
         cfg = self.cfg
-        writer = MetricsWriter(self.run_dir, resume_step=self.step, tensorboard=cfg.run.tensorboard)
+        writer = MetricsWriter(self.run_dir, resume_step=self.step, tensorboard=cfg.run.tensorboard, wandb=self._wandb_init())
         rows = []
         limit = cfg.steps if not cfg.run.stop_after else min(cfg.steps, self.step + cfg.run.stop_after)
         try:

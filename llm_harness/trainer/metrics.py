@@ -55,7 +55,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 class MetricsWriter:
     """Appends step rows to ``metrics.jsonl`` and keeps ``metrics.csv`` in sync."""
 
-    def __init__(self, run_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False):
+    def __init__(self, run_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = False,
+                 wandb: Mapping[str, Any] | None = None):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.dir / "metrics.jsonl"
@@ -73,6 +74,11 @@ class MetricsWriter:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.dir / "tensorboard"))
+        self._wandb = None
+        if wandb:
+            import wandb as _wandb  # optional dependency; the trainer checks it is installed before any work
+
+            self._wandb = _wandb.init(**dict(wandb))
 
     def _extend(self, row: Mapping[str, Any]) -> bool:
         new = [k for k in row if k not in self.columns]
@@ -104,8 +110,14 @@ class MetricsWriter:
             for k, v in row.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            step = int(row.get("step", len(self.rows)))
+            self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                            step=step)
 
     def close(self) -> None:
-        """Flush the optional tensorboard writer."""
+        """Flush the optional tensorboard / wandb writers."""
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()

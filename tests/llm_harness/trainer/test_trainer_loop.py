@@ -468,3 +468,37 @@ def test_states_with_different_prefixes_share_one_backend_call_and_keep_their_bu
     s = Sample((1, 2, 3), (-0.1, -0.2, -0.3), "stop")
     assert truncate_sample(s, 3) is s
     assert truncate_sample(s, 2) == Sample((1, 2), (-0.1, -0.2), "length")
+
+
+def test_wandb_logging_is_optional_and_resumes_the_same_run(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from llm_harness.trainer.config import RunConfig
+
+    run = RunConfig(run_dir=str(tmp_path / "w"), progress=False, wandb_project="vsr-test", wandb_mode="offline")
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not importable
+    with pytest.raises(ValueError, match="run.wandb_project: the wandb package is not installed"):
+        _trainer(tiny_config(str(tmp_path / "w"), steps=2, run=run))
+    calls = {"init": [], "log": [], "finish": 0}
+
+    class _Run:
+        def log(self, row, step):
+            calls["log"].append((step, row))
+
+        def finish(self):
+            calls["finish"] += 1
+
+    fake = types.ModuleType("wandb")
+    fake.__spec__ = types.SimpleNamespace(name="wandb")  # find_spec needs a spec
+    fake.init = lambda **kw: calls["init"].append(kw) or _Run()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    tr = _trainer(tiny_config(str(tmp_path / "w"), steps=2, run=run))
+    tr.fit()
+    tr.close()
+    (kw,) = calls["init"]
+    assert kw["project"] == "vsr-test" and kw["mode"] == "offline" and kw["resume"] == "allow" and kw["config"]["steps"] == 2
+    assert [s for s, _ in calls["log"]] == [0, 1] and "loss" in calls["log"][0][1] and calls["finish"] == 1
+    tr2 = _trainer(tiny_config(str(tmp_path / "w"), steps=2, run=run))
+    assert tr2._wandb_init()["id"] == kw["id"]  # a resumed run logs into the same wandb run
+    tr2.close()
