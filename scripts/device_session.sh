@@ -34,7 +34,7 @@ rm -rf "$G"; mkdir -p "$G"
     echo "== gpu_check_train.py =="
     timeout 150 "$PY" scripts/gpu_check_train.py --out "$G/train" --steps 20; echo "gpu_check_train exit $?"
     echo "== prefix-value study on cuda =="
-    timeout 120 "$PY" -m prefixvalue "${STUDY:-sigma-validation}" --quick --device cuda --out "$G/study"; echo "study exit $?"
+    timeout 120 "$PY" -m prefixvalue "${STUDY:-sigma-validation}" --quick --device cuda --no-progress --out "$G/study"; echo "study exit $?"
 } >>"$OUT/gpu.log" 2>&1
 echo "gpu part done at $(date -u +%T)" >>"$OUT/gpu.log"
 

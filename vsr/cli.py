@@ -51,6 +51,11 @@ COMMANDS: dict[str, CommandSpec] = {
     "bench generation": CommandSpec(
         "benchmarks.generation:run", "HF backend tokens/s vs model.generate, and the cost of exact entropies."
     ),
+    "study hint-ratio": CommandSpec("prefixvalue.cli:hint_ratio", "VSR Fig. 7: continuation success vs hint ratio of an expert prefix."),
+    "study failed-prefix": CommandSpec("prefixvalue.cli:failed_prefix", "VSR D.5: continuation success from prefixes of failed vs successful trajectories."),
+    "study sigma-validation": CommandSpec("prefixvalue.cli:sigma_validation", "VSR D.5: predicted sigma-hat vs empirical continuation std (Pearson/Spearman, CIs)."),
+    "study mte-correlation": CommandSpec("prefixvalue.cli:mte_correlation", "ExTra 5.6: prefix metrics (MTE, ...) ranked by correlation with Monte-Carlo value."),
+    "study prefix-selection": CommandSpec("prefixvalue.cli:prefix_selection", "ExTra Fig. 4: pass@k from prefixes chosen by low/smoothed MTE, random, oracle."),
     "compare": CommandSpec(
         "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures)."
     ),

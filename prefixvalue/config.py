@@ -1,0 +1,202 @@
+"""Study configs: one frozen dataclass per study, sharing the fields of :class:`StudyConfig`.
+
+Size fields default to ``0`` ("the study's default size"); :func:`resolve` replaces them by the
+study's quick or full size (``quick`` flag) so that the config saved beside the results is the
+one that actually ran. Two configs describe the same study (and may share an output folder, see
+``prefixvalue.store``) iff their resolved fields agree outside :data:`NON_IDENTITY_FIELDS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = [
+    "BACKEND_NAMES",
+    "NON_IDENTITY_FIELDS",
+    "StudyConfig",
+    "config_diff",
+    "identity_dict",
+    "parse_task_params",
+    "resolve",
+]
+
+#: Generation backends a study can run on (``llm_harness.backends.BACKENDS`` names).
+BACKEND_NAMES = ("hf", "vllm")
+
+#: Fields that do not change what a study computes (where it writes, how it reports, threads).
+NON_IDENTITY_FIELDS = frozenset({"out", "progress", "num_threads", "overwrite", "quick"})
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Fields shared by every prefix-value study (SPEC §4)."""
+
+    model: str = "mid"
+    """Model: a shipped test-bed checkpoint name (``low``, ``mid``, ``high``), a local
+    ``save_pretrained`` folder, or a Hugging Face name available offline."""
+    backend: str = "hf"
+    """Generation backend: ``hf`` (transformers, CPU or CUDA) or ``vllm`` (GPU)."""
+    device: str = "cpu"
+    """Torch device of the model (``cpu``, ``cuda``, ``cuda:1``, ``auto``); vLLM picks its own GPU
+    and uses this for its transformers scorer."""
+    dtype: str = "float32"
+    """Weights dtype of the transformers model (``float32``, ``bfloat16``, ``float16``)."""
+    task: str = "step_arith"
+    """Registered task name (``llm_harness.tasks.get_task``)."""
+    task_params: tuple[str, ...] = ()
+    """Task parameters as ``key=value`` strings (values parsed as YAML), e.g. ``seed=1``."""
+    split: str = ""
+    """Split the problems come from; empty = the study's default split."""
+    n_problems: int = 0
+    """Problems drawn from the split (the first ones, after the difficulty filter); 0 = the
+    study's quick/full default."""
+    min_difficulty: float = -math.inf
+    """Keep problems with ``difficulty >= min_difficulty`` (step arithmetic: number of terms);
+    problems without a difficulty fail any finite bound."""
+    max_difficulty: float = math.inf
+    """Keep problems with ``difficulty <= max_difficulty``."""
+    response_budget: int = 0
+    """Token budget of a whole response (prefix + continuation; SPEC §3.2); 0 = study default."""
+    seed: int = 0
+    """Seed of every random choice and sampling stream of the study."""
+    chunk_problems: int = 0
+    """Problems per chunk: results are written (atomically) after every chunk, the unit of
+    resumption; 0 = study default."""
+    max_batch_sequences: int = 512
+    """Sequences decoded together by the HF backend (states x samples per micro-batch)."""
+    out: str = ""
+    """Output folder (table, config, summary, figure); empty = ``runs/study/<name>``."""
+    quick: bool = False
+    """Use the quick sizes (minutes on the CPU test bed) for every size left at 0."""
+    overwrite: bool = False
+    """Discard results already in ``out`` instead of resuming from them."""
+    progress: bool = True
+    """Show tqdm progress bars."""
+    num_threads: int = 0
+    """``torch.set_num_threads`` for the run; 0 leaves torch's default."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKEND_NAMES:
+            raise ValueError(f"backend: must be one of {BACKEND_NAMES}, got {self.backend!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError("model: must name a checkpoint (low/mid/high), a folder or a Hugging Face model")
+        for name in ("n_problems", "response_budget", "seed", "chunk_problems", "num_threads"):
+            _check_int(getattr(self, name), name, 0)
+        _check_int(self.max_batch_sequences, "max_batch_sequences", 1)
+        if isinstance(self.task_params, (str, bytes)) or not isinstance(self.task_params, (tuple, list)):
+            raise ValueError(f"task_params: must be a tuple of 'key=value' strings, got {self.task_params!r}")
+        object.__setattr__(self, "task_params", tuple(self.task_params))
+        parse_task_params(self.task_params)
+        lo, hi = float(self.min_difficulty), float(self.max_difficulty)
+        if math.isnan(lo) or math.isnan(hi) or lo > hi:
+            raise ValueError(f"min_difficulty: must be <= max_difficulty, got [{lo}, {hi}]")
+
+
+def _check_int(v: Any, name: str, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{name}: must be an int >= {lo}, got {v!r}")
+    return v
+
+
+def check_fractions(values: Any, name: str, *, allow_empty: bool = False) -> tuple[float, ...]:
+    """``values`` as a tuple of floats in [0, 1] (used by the study configs' position fields)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (tuple, list)):
+        raise ValueError(f"{name}: must be a tuple of numbers in [0, 1], got {values!r}")
+    if not values and not allow_empty:
+        raise ValueError(f"{name}: must not be empty")
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
+            raise ValueError(f"{name}[{i}]: must be a number in [0, 1], got {v!r}")
+        out.append(float(v))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: values must be distinct, got {tuple(out)}")
+    return tuple(out)
+
+
+def check_temperature(t: Any, name: str) -> float:
+    """A sampling temperature > 0 (studies never decode greedily: they need distributions)."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise ValueError(f"{name}: must be a finite number > 0, got {t!r}")
+    return float(t)
+
+
+def check_top_p(p: Any, name: str) -> float:
+    """A nucleus mass in (0, 1]."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"{name}: must lie in (0, 1], got {p!r}")
+    return float(p)
+
+
+def parse_task_params(items: tuple[str, ...]) -> dict[str, Any]:
+    """``("seed=1", "n_hard=50")`` -> ``{"seed": 1, "n_hard": 50}`` (values parsed as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"task_params[{i}]: expected 'key=value', got {item!r}")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ValueError(f"task_params[{i}]: empty key in {item!r}")
+        if key in out:
+            raise ValueError(f"task_params[{i}]: duplicate key {key!r}")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key] = value
+    return out
+
+
+def resolve(cfg: StudyConfig, sizes: Mapping[str, Mapping[str, Any]], default_split: str, name: str) -> StudyConfig:
+    """``cfg`` with every 0 size field replaced by ``sizes["quick" | "full"][field]``, an empty
+    split by ``default_split`` and an empty ``out`` by ``runs/study/<name>``."""
+    table = sizes["quick" if cfg.quick else "full"]
+    known = {f.name for f in fields(cfg)}
+    unknown = sorted(set(table) - known)
+    if unknown:  # a programming error in a study module, not user input
+        raise TypeError(f"sizes of study {name!r} name unknown fields {unknown}")
+    updates: dict[str, Any] = {k: v for k, v in table.items() if getattr(cfg, k) == 0}
+    if not cfg.split:
+        updates["split"] = default_split
+    if not cfg.out:
+        updates["out"] = str(Path("runs") / "study" / name)
+    return replace(cfg, **updates)
+
+
+def identity_dict(cfg: StudyConfig) -> dict[str, Any]:
+    """The resolved fields that determine a study's results (JSON-ready)."""
+    from vsr.config_io import to_dict
+
+    data = to_dict(cfg)
+    data = {k: v for k, v in data.items() if k not in NON_IDENTITY_FIELDS}
+    data["__class__"] = type(cfg).__name__
+    return _json_ready(data)
+
+
+def _json_ready(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)  # "inf" / "-inf": JSON has no infinities
+    if isinstance(v, dict):
+        return {k: _json_ready(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_ready(x) for x in v]
+    return v
+
+
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``"field: old -> new"`` for every key whose value differs between two identity dicts."""
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def config_json(cfg: StudyConfig) -> dict[str, Any]:
+    """Every field of ``cfg`` (JSON-ready), for the ``config.json`` written beside the results."""
+    from vsr.config_io import to_dict
+
+    return _json_ready(to_dict(cfg))
+

@@ -1,0 +1,138 @@
+"""Run a registered study end to end: resolve config -> collect (chunked, resumable) -> table
+-> analysis -> summary files + figure (SPEC §4). No tyro needed (plain Python entry point)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from prefixvalue.config import StudyConfig, config_json, identity_dict, resolve
+from prefixvalue.registry import Study, get_study
+
+__all__ = ["NoEligibleProblemsError", "as_study_config", "resolved_config", "run_study"]
+
+
+class NoEligibleProblemsError(ValueError):
+    """A study's filter left no problem to study."""
+
+
+def as_study_config(study: Study, cfg: StudyConfig | None) -> StudyConfig:
+    """``cfg`` as the study's own config class (a plain ``StudyConfig`` keeps its shared fields)."""
+    if cfg is None:
+        return study.config_cls()
+    if isinstance(cfg, study.config_cls):
+        return cfg
+    if type(cfg) is StudyConfig:
+        shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(StudyConfig)}
+        return study.config_cls(**shared)
+    raise ValueError(
+        f"cfg: study {study.name!r} takes a {study.config_cls.__name__} (or a StudyConfig), got {type(cfg).__name__}"
+    )
+
+
+def resolved_config(name: str, cfg: StudyConfig | None = None) -> StudyConfig:
+    """The config study ``name`` would run with (sizes, split and out filled in)."""
+    study = get_study(name)
+    return resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
+
+
+def _chunks(n: int, size: int) -> list[tuple[int, int]]:
+    return [(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None, tokenizer: Any = None,
+              stop_after_chunks: int | None = None) -> Path:
+    """Run study ``name`` with ``cfg`` and return its output folder.
+
+    Writes ``config.yaml``, ``results.parquet``/``.csv``, ``summary.json``/``.md`` and the figure
+    (PNG + PDF) into ``cfg.out``; resumes from completed chunks already there (same config) and
+    refuses a folder holding another config's results (``overwrite=True`` discards them).
+    ``backend``/``tokenizer`` reuse an already loaded model (tests, figure jobs); otherwise the
+    model is loaded from ``cfg.model``. ``stop_after_chunks`` ends the run after that many new
+    chunks without analysing (simulates an interruption; used by the resume tests).
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from vsr.atomic import write_json, write_text
+    from vsr.config_io import save_config
+
+    from prefixvalue.engine import build_context, select_problems
+    from prefixvalue.store import ChunkStore, write_table
+
+    study = get_study(name)
+    cfg = resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
+    if cfg.num_threads:
+        import torch
+
+        torch.set_num_threads(cfg.num_threads)
+    out = Path(cfg.out)
+    store = ChunkStore(out, name, identity_dict(cfg), overwrite=cfg.overwrite)
+    save_config(cfg, out / "config.yaml")
+    t0 = time.perf_counter()
+    ctx = build_context(cfg, backend=backend, tokenizer=tokenizer)
+    problems = select_problems(ctx.task, cfg.split, cfg.n_problems, cfg.min_difficulty, cfg.max_difficulty)
+    spans = _chunks(len(problems), cfg.chunk_problems)
+    todo = [i for i in range(len(spans)) if not store.done(i)]
+    if len(todo) < len(spans) and todo:
+        print(f"{name}: resuming, {len(spans) - len(todo)} of {len(spans)} chunks already in {out}", file=sys.stderr)
+    new = 0
+    for i in tqdm(todo, desc=name, disable=not cfg.progress, unit="chunk"):
+        if stop_after_chunks is not None and new >= stop_after_chunks:
+            return out
+        a, b = spans[i]
+        rows, counts = study.collect(ctx, problems[a:b], i)
+        for r in rows:
+            r.setdefault("chunk", i)
+        store.save(i, rows, counts)
+        new += 1
+    rows, counts = store.collect(len(spans))
+    if counts.get("eligible", 0) == 0 or not rows:
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        raise NoEligibleProblemsError(
+            f"{name}: no eligible problems: the filter '{study.eligibility}' kept {counts.get('eligible', 0)} of "
+            f"{counts.get('problems', len(problems))} problems of split {cfg.split!r} ({detail}); use more or "
+            "different problems (n_problems, split, min_difficulty/max_difficulty) or another model"
+        )
+    table = pd.DataFrame(rows)
+    write_table(table, out)
+    summary = study.analyze(table, cfg)
+    summary = {
+        "study": name,
+        "title": study.title,
+        "model": cfg.model,
+        "backend": cfg.backend,
+        "task": cfg.task,
+        "split": cfg.split,
+        "quick": cfg.quick,
+        "counts": counts,
+        "collect_seconds": round(time.perf_counter() - t0, 2),
+        **summary,
+        "config": config_json(cfg),
+    }
+    write_json(out / "summary.json", _finite(summary))
+    text = study.render(summary)
+    write_text(out / "summary.md", text)
+    study.plot(table, summary, out)
+    print(text, flush=True)
+    return out
+
+
+def _finite(v: Any) -> Any:
+    """NaN/inf -> None so the summary is strict JSON."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        try:
+            return _finite(v.item())
+        except (ValueError, TypeError):
+            return v
+    return v

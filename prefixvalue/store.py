@@ -1,0 +1,117 @@
+"""Incremental, resumable result storage of a study (issue 5 "Bad input": interrupted runs).
+
+Layout of a study's output folder::
+
+    study.json            identity of the resolved config (what must match to resume)
+    config.yaml           the resolved config (loadable with ``vsr study <name> --config``)
+    chunks/00003.json     rows + filter counts of chunk 3 (written atomically when it completes)
+    results.parquet/.csv  the tidy table: all chunks' rows in chunk order
+    summary.json/.md      the analysis; <figure>.png/.pdf
+
+A chunk is done iff its JSON file exists; files are only ever replaced atomically
+(``vsr.atomic``), so an interrupted run leaves complete chunks only and a rerun of the same
+config continues with the first missing chunk. A rerun whose config differs (outside
+``NON_IDENTITY_FIELDS``) is refused with the list of differing fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from vsr.atomic import atomic_path, write_json
+
+from prefixvalue.config import config_diff
+
+__all__ = ["ChunkStore", "write_table"]
+
+_FORMAT = 1
+
+
+def _clean(v: Any) -> Any:
+    """JSON-ready value: NaN/inf floats -> None, numpy scalars -> Python scalars."""
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict, str)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+class ChunkStore:
+    """Chunked rows of one study in ``out_dir`` (module doc)."""
+
+    def __init__(self, out_dir: str | Path, study: str, identity: Mapping[str, Any], *, overwrite: bool = False):
+        self.out_dir = Path(out_dir)
+        self.study = study
+        self.identity = dict(identity)
+        self.chunk_dir = self.out_dir / "chunks"
+        manifest = self.out_dir / "study.json"
+        if manifest.is_file() and not overwrite:
+            try:
+                old = json.loads(manifest.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ValueError(f"out: {manifest} is unreadable ({exc}); pass overwrite=True to start over") from None
+            if old.get("study") != study:
+                raise ValueError(
+                    f"out: {self.out_dir} holds results of study {old.get('study')!r}, not {study!r}; "
+                    "choose another output folder or pass overwrite=True"
+                )
+            diff = config_diff(old.get("identity", {}), self.identity)
+            if diff:
+                raise ValueError(
+                    f"out: {self.out_dir} holds results of a different {study} config, so they cannot be resumed "
+                    f"(changed: {'; '.join(diff)}); choose another output folder or pass overwrite=True to discard them"
+                )
+        elif overwrite and self.out_dir.exists():
+            shutil.rmtree(self.chunk_dir, ignore_errors=True)
+            for name in ("results.parquet", "results.csv", "summary.json", "summary.md"):
+                (self.out_dir / name).unlink(missing_ok=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(manifest, {"format": _FORMAT, "study": study, "identity": self.identity})
+
+    def _path(self, chunk: int) -> Path:
+        return self.chunk_dir / f"{chunk:05d}.json"
+
+    def done(self, chunk: int) -> bool:
+        """True iff ``chunk`` was completed by this or an earlier run."""
+        return self._path(chunk).is_file()
+
+    def save(self, chunk: int, rows: Sequence[Mapping[str, Any]], counts: Mapping[str, int]) -> None:
+        """Atomically record a completed chunk."""
+        write_json(self._path(chunk), {"chunk": chunk, "counts": _clean(dict(counts)), "rows": [_clean(dict(r)) for r in rows]})
+
+    def load(self, chunk: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """``(rows, counts)`` of a completed chunk."""
+        data = json.loads(self._path(chunk).read_text())
+        return data["rows"], data["counts"]
+
+    def collect(self, n_chunks: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """All rows of chunks ``0..n_chunks-1`` in order, and their summed filter counts."""
+        rows: list[dict[str, Any]] = []
+        totals: dict[str, int] = {}
+        for c in range(n_chunks):
+            r, counts = self.load(c)
+            rows.extend(r)
+            for k, v in counts.items():
+                totals[k] = totals.get(k, 0) + int(v)
+        return rows, totals
+
+
+def write_table(table, out_dir: str | Path, stem: str = "results") -> list[Path]:
+    """Write a pandas DataFrame as ``<stem>.parquet`` and ``<stem>.csv`` (both atomically)."""
+    out_dir = Path(out_dir)
+    paths = []
+    with atomic_path(out_dir / f"{stem}.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    paths.append(out_dir / f"{stem}.parquet")
+    with atomic_path(out_dir / f"{stem}.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    paths.append(out_dir / f"{stem}.csv")
+    return paths

@@ -1,0 +1,291 @@
+"""Which prefix to regenerate from? (ExTra Fig. 4; SPEC §4 item 5)
+
+Protocol, per problem: ``n_trajectories`` trajectories from the bare prompt (T = 1); with
+``group_filter="all-fail"`` (ExTra: regeneration is only triggered by all-incorrect groups) only
+problems whose trajectories all fail are kept. Candidates are the step-prefixes of those
+trajectories (cut after every step boundary ``k = 1..S-1``; duplicates dropped; at most
+``max_candidates``, ExTra's cache size 128). Each candidate gets its MTE (teacher-forced, exact
+entropies at T = 1), an embedding (:mod:`prefixvalue.embed`, ``policy`` by default), the
+embedding-smoothed MTE ``H̃_j = Σ_k softmax_k(cos(e_j, e_k)/τ) H_k`` over the problem's candidates,
+and a Monte-Carlo value from ``mc_continuations`` continuations.
+
+Selectors (:data:`SELECTORS`): ``low_mte`` (argmin MTE), ``smoothed_mte`` (argmin H̃, ExTra's
+rule), ``random`` (uniform, seeded per problem) and ``oracle`` (argmax MC value); ``scratch`` is
+the bare prompt. Each choice gets ``eval_continuations`` (16) *fresh* continuations, so the
+oracle's evaluation is not the sample it was selected on; pass@k (unbiased, k = 1..16) over
+problems compares the selectors.
+
+Continuations use ExTra's evaluation sampling (T = 0.7, top-p 0.9). Departures from the paper:
+ExTra's Fig. 4 does not state its exact protocol; the test bed uses the policy's own hidden states
+as the embedding (MiniLM is optional), groups of 8 trajectories and the 5-6-term validation chains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from prefixvalue.analysis import bits, bits_matrix, fmt_ci, markdown_table, mean_success, pyplot, save_figure, within_dict
+from prefixvalue.config import StudyConfig, check_temperature, check_top_p
+from prefixvalue.embed import EMBEDDERS, embed_states
+from prefixvalue.engine import State, StudyContext, continue_states, derive_seed, sample_from_prompts
+from prefixvalue.prefixes import smoothed_mte, token_cut_for_offset
+from prefixvalue.registry import Study, register_study
+
+NAME = "prefix-selection"
+GROUP_FILTERS = ("all-fail", "any")
+
+Selector = Callable[[np.ndarray, np.ndarray, np.ndarray, np.random.Generator], int]
+#: selector name -> ``(mte[n], smoothed[n], mc_value[n], rng) -> chosen candidate index``.
+SELECTORS: dict[str, Selector] = {}
+
+
+def register_selector(name: str, fn: Selector) -> Selector:
+    """Add a prefix selector (duplicates rejected)."""
+    if name in SELECTORS or name == "scratch":
+        raise ValueError(f"name: selector {name!r} is already registered (or reserved)")
+    SELECTORS[name] = fn
+    return fn
+
+
+register_selector("low_mte", lambda mte, sm, mc, rng: int(np.argmin(mte)))
+register_selector("smoothed_mte", lambda mte, sm, mc, rng: int(np.argmin(sm)))
+register_selector("random", lambda mte, sm, mc, rng: int(rng.integers(len(mte))))
+register_selector("oracle", lambda mte, sm, mc, rng: int(np.argmax(mc)))
+
+#: Methods compared in the figure: the bare prompt, then every selector.
+def methods() -> tuple[str, ...]:
+    """``("scratch", *SELECTORS)``."""
+    return ("scratch", *SELECTORS)
+
+
+@dataclass(frozen=True)
+class PrefixSelectionConfig(StudyConfig):
+    """``vsr study prefix-selection``: pass@k from the prefix chosen by low MTE / smoothed MTE / random / oracle."""
+
+    min_difficulty: float = 5.0
+    """Keep problems with ``difficulty >= min_difficulty`` (test bed: the 5-6-term chains)."""
+    n_trajectories: int = 8
+    """Trajectories per problem (the group whose failure triggers regeneration)."""
+    init_temperature: float = 1.0
+    """Sampling temperature of the trajectories."""
+    group_filter: str = "all-fail"
+    """``all-fail``: only problems whose trajectories all fail (ExTra's trigger); ``any``: all problems."""
+    max_candidates: int = 128
+    """Most step-prefixes kept per problem (ExTra's per-prompt cache)."""
+    embedder: str = "policy"
+    """Prefix embedder for the smoothing: ``policy``, ``char-ngram`` or ``minilm`` (optional package)."""
+    tau: float = 0.1
+    """Softmax temperature τ of the cosine-similarity smoothing."""
+    mc_continuations: int = 0
+    """Continuations per candidate for its MC value (oracle); 0 = study default (quick 8, full 16)."""
+    eval_continuations: int = 16
+    """Fresh continuations of every chosen prefix (pass@k for k up to this)."""
+    temperature: float = 0.7
+    """Sampling temperature of all continuations."""
+    top_p: float = 0.9
+    """Nucleus mass of all continuations."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.group_filter not in GROUP_FILTERS:
+            raise ValueError(f"group_filter: must be one of {GROUP_FILTERS}, got {self.group_filter!r}")
+        if self.embedder not in EMBEDDERS:
+            raise ValueError(f"embedder: unknown embedder {self.embedder!r}; known: {', '.join(sorted(EMBEDDERS))}")
+        for name, lo in (("n_trajectories", 1), ("max_candidates", 1), ("mc_continuations", 0), ("eval_continuations", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name}: must be an int >= {lo}, got {v!r}")
+        check_temperature(self.init_temperature, "init_temperature")
+        check_temperature(self.temperature, "temperature")
+        check_temperature(self.tau, "tau")
+        check_top_p(self.top_p, "top_p")
+
+
+SIZES = {
+    "quick": {"n_problems": 60, "mc_continuations": 8, "chunk_problems": 15, "response_budget": 160},
+    "full": {"n_problems": 200, "mc_continuations": 16, "chunk_problems": 20, "response_budget": 160},
+}
+
+
+def _candidates(ctx: StudyContext, p, group) -> list[tuple[int, int, int, tuple[int, ...]]]:
+    """``(trajectory, step k, cut, prefix ids)`` for every distinct step-prefix of the group."""
+    cfg: PrefixSelectionConfig = ctx.cfg  # type: ignore[assignment]
+    seen, out = set(), []
+    for j, r in enumerate(group):
+        steps = ctx.task.split_steps(r.text)
+        for k in range(1, len(steps)):
+            cut = token_cut_for_offset(r.response_ids, steps[k - 1].end, ctx.decode)
+            ids = tuple(r.response_ids[:cut])
+            if not 0 < cut < len(r.response_ids) or ids in seen:
+                continue
+            seen.add(ids)
+            out.append((j, k, cut, ids))
+            if len(out) >= cfg.max_candidates:
+                return out
+    return out
+
+
+def collect(ctx: StudyContext, problems: Sequence, chunk: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Candidate rows (MTE, smoothed MTE, MC value) and selection rows (eval outcomes) per problem."""
+    cfg: PrefixSelectionConfig = ctx.cfg  # type: ignore[assignment]
+    init = sample_from_prompts(ctx, problems, cfg.n_trajectories, temperature=cfg.init_temperature, top_p=1.0,
+                               seed=derive_seed(cfg.seed, NAME, "init", chunk))
+    kept, filtered, no_cand = [], 0, 0
+    for p, group in zip(problems, init):
+        if cfg.group_filter == "all-fail" and any(r.correct for r in group):
+            filtered += 1
+            continue
+        cands = _candidates(ctx, p, group)
+        if not cands:
+            no_cand += 1
+            continue
+        kept.append((p, group, cands))
+    counts = {"problems": len(problems), "eligible": len(kept), "removed_by_group_filter": filtered,
+              "no_candidate_prefix": no_cand}
+    if not kept:
+        return [], counts
+    # MTE of every candidate: one teacher-forced trace per source trajectory
+    traj_keys = sorted({(i, j) for i, (_, _, cands) in enumerate(kept) for j, _, _, _ in cands})
+    traces = ctx.backend.score_batch([list(ctx.prompt_ids(kept[i][0])) for i, _ in traj_keys],
+                                     [list(kept[i][1][j].response_ids) for i, j in traj_keys],
+                                     temperature=1.0, with_entropy=True)
+    trace_of = dict(zip(traj_keys, traces))
+    cand_states, cand_meta = [], []
+    for i, (p, _, cands) in enumerate(kept):
+        for j, k, cut, ids in cands:
+            cand_states.append(State(p, ctx.prompt_ids(p), ids))
+            cand_meta.append((i, j, k, cut, float(np.mean(trace_of[(i, j)].entropies[:cut]))))
+    emb = embed_states(cfg.embedder, ctx, cand_states)
+    mc = continue_states(ctx, cand_states, cfg.mc_continuations, temperature=cfg.temperature, top_p=cfg.top_p,
+                         seed=derive_seed(cfg.seed, NAME, "mc", chunk))
+    rows: list[dict[str, Any]] = []
+    eval_states, eval_meta = [], []
+    for i, (p, _, cands) in enumerate(kept):
+        idx = [c for c, m in enumerate(cand_meta) if m[0] == i]
+        mte = np.array([cand_meta[c][4] for c in idx])
+        sm = smoothed_mte(mte, emb[idx], cfg.tau)
+        mcv = np.array([np.mean([r.correct for r in mc[c]]) for c in idx])
+        for local, c in enumerate(idx):
+            _, j, k, cut, h = cand_meta[c]
+            cb = [r.correct for r in mc[c]]
+            rows.append({"row_type": "candidate", "problem_id": p.id, "difficulty": p.difficulty, "method": "",
+                         "candidate": local, "n_candidates": len(idx), "trajectory": j, "steps_in_prefix": k,
+                         "prefix_tokens": cut, "mte": h, "smoothed_mte": float(sm[local]), "mc_value": float(mcv[local]),
+                         "n": len(cb), "n_correct": int(sum(cb)), "correct_bits": bits(cb)})
+        rng = np.random.default_rng(derive_seed(cfg.seed, NAME, "random", p.id))
+        eval_states.append(State(p, ctx.prompt_ids(p)))
+        eval_meta.append((i, "scratch", None))
+        for name, sel in SELECTORS.items():
+            local = sel(mte, sm, mcv, rng)
+            eval_states.append(cand_states[idx[local]])
+            eval_meta.append((i, name, local))
+        counts["candidates"] = counts.get("candidates", 0) + len(idx)
+    ev = continue_states(ctx, eval_states, cfg.eval_continuations, temperature=cfg.temperature, top_p=cfg.top_p,
+                         seed=derive_seed(cfg.seed, NAME, "eval", chunk))
+    cand_row = {(r["problem_id"], r["candidate"]): r for r in rows}
+    for (i, name, local), g in zip(eval_meta, ev):
+        p = kept[i][0]
+        cand = cand_row[(p.id, local)] if local is not None else None
+        cb = [r.correct for r in g]
+        rows.append({"row_type": "selection", "problem_id": p.id, "difficulty": p.difficulty, "method": name,
+                     "candidate": -1 if local is None else local,
+                     "n_candidates": cand["n_candidates"] if cand else 0,
+                     "trajectory": cand["trajectory"] if cand else -1,
+                     "steps_in_prefix": cand["steps_in_prefix"] if cand else 0,
+                     "prefix_tokens": cand["prefix_tokens"] if cand else 0,
+                     "mte": cand["mte"] if cand else float("nan"),
+                     "smoothed_mte": cand["smoothed_mte"] if cand else float("nan"),
+                     "mc_value": cand["mc_value"] if cand else float("nan"),
+                     "n": len(cb), "n_correct": int(sum(cb)), "correct_bits": bits(cb)})
+    return rows, counts
+
+
+def analyze(table, cfg: PrefixSelectionConfig) -> dict[str, Any]:
+    """pass@k (k = 1..eval_continuations) per method, pass@1 CIs, and MTE-vs-MC on the candidates."""
+    from theory.metrics import pass_at_k_table
+
+    sel = table[table["row_type"] == "selection"]
+    cand = table[table["row_type"] == "candidate"]
+    ks = list(range(1, cfg.eval_continuations + 1))
+    out: dict[str, Any] = {"methods": {}, "ks": ks, "n_problems": int(sel["problem_id"].nunique()),
+                           "n_candidates": int(len(cand)), "eval_continuations": int(cfg.eval_continuations),
+                           "mc_continuations": int(cfg.mc_continuations), "embedder": cfg.embedder, "tau": cfg.tau}
+    for name in methods():
+        grp = sel[sel["method"] == name].sort_values("problem_id")
+        if grp.empty:
+            continue
+        c = bits_matrix(grp["correct_bits"].tolist())
+        table_k = pass_at_k_table(c, ks)
+        out["methods"][name] = {
+            "pass_at_k": [table_k[k] for k in ks],
+            "pass_at_1": mean_success(c),
+            "mean_selection_mc_value": float(np.nanmean(grp["mc_value"])) if name != "scratch" else None,
+            "mean_prefix_tokens": float(grp["prefix_tokens"].mean()),
+        }
+    per_problem = cand.groupby("problem_id")["mc_value"].mean()
+    out["random_expected_value"] = float(per_problem.mean()) if len(per_problem) else float("nan")
+    out["candidate_mte_vs_mc"] = within_dict(cand["mte"], cand["mc_value"], cand["problem_id"].to_numpy(), "spearman")
+    out["candidate_smoothed_vs_mc"] = within_dict(cand["smoothed_mte"], cand["mc_value"],
+                                                  cand["problem_id"].to_numpy(), "spearman")
+    return out
+
+
+def render(summary: dict[str, Any]) -> str:
+    """Markdown summary: pass@k per method."""
+    ks = summary["ks"]
+    show = [k for k in (1, 2, 4, 8, 16) if k in ks]
+    rows = []
+    for name, m in summary["methods"].items():
+        p1 = m["pass_at_1"]
+        mc = m["mean_selection_mc_value"]
+        rows.append((name, f"{p1['mean']:.3f} [{p1['lo']:.3f}, {p1['hi']:.3f}]",
+                     *[f"{m['pass_at_k'][k - 1]:.3f}" for k in show[1:]],
+                     "" if mc is None else f"{mc:.3f}", f"{m['mean_prefix_tokens']:.1f}"))
+    lines = [
+        f"# Prefix selection ({summary['model']}, {summary['task']}/{summary['split']}, {summary['n_problems']} problems, "
+        f"{summary['n_candidates']} candidate prefixes, embedder {summary['embedder']}, tau {summary['tau']})",
+        "",
+        markdown_table(("method", "pass@1 [95% CI]", *[f"pass@{k}" for k in show[1:]], "MC value at selection",
+                        "prefix tokens"), rows),
+        "",
+        f"* expected MC value of a uniformly random candidate: {summary['random_expected_value']:.3f}",
+        f"* candidates: within-problem Spearman(MTE, MC value) = {fmt_ci(summary['candidate_mte_vs_mc'])}; "
+        f"(smoothed MTE, MC value) = {fmt_ci(summary['candidate_smoothed_vs_mc'])}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(table, summary: dict[str, Any], out_dir) -> list:
+    """pass@k vs k for each selection method."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 4))
+    ks = summary["ks"]
+    for name, style in zip(summary["methods"], ("k:", "o-", "s-", "^--", "d-.")):
+        ax.plot(ks, summary["methods"][name]["pass_at_k"], style, ms=4, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks if len(ks) <= 8 else [k for k in ks if k & (k - 1) == 0], minor=False)
+    ax.get_xaxis().set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k of continuations")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    ax.set_title(f"Prefix selection: {summary['model']} on {summary['split']} ({summary['n_problems']} problems)", fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, out_dir, "prefix_selection")
+
+
+STUDY = register_study(Study(
+    name=NAME,
+    title="ExTra Fig. 4: pass@k from the prefix chosen by low MTE, smoothed MTE, random or oracle",
+    config_cls=PrefixSelectionConfig,
+    default_split="validation",
+    sizes=SIZES,
+    eligibility="initial group passes group_filter and yields at least one step-prefix",
+    collect=collect,
+    analyze=analyze,
+    render=render,
+    plot=plot,
+))

