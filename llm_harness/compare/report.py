@@ -243,12 +243,26 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         better = [r["label"] for r in recs if r["verdict"] == "better"]
         worse = [r["label"] for r in recs if r["verdict"] == "worse"]
         same = [r["label"] for r in recs if r["verdict"] == "no detectable difference"]
-        lines.append("Plainly: " + "; ".join(filter(None, [
-            f"better than GRPO on avg@1 (CI of the paired difference above 0): {', '.join(better)}" if better else
-            "no method beats GRPO on avg@1 with a paired-seed CI above 0",
-            f"worse than GRPO: {', '.join(worse)}" if worse else "",
-            f"indistinguishable from GRPO at this budget: {', '.join(same)}" if same else "",
-        ])) + ".")
+        lines.append("Plainly: " + " ".join(filter(None, [
+            f"Better than GRPO on avg@1 (paired-seed CI above 0): {' / '.join(better)}." if better else
+            "No method beats GRPO on avg@1 with a paired-seed CI above 0.",
+            f"Worse than GRPO: {' / '.join(worse)}." if worse else "",
+            f"Indistinguishable from GRPO at this budget: {' / '.join(same)}." if same else "",
+        ])))
+        base = summary[regime.name]["base"]
+        if base and recs:
+            b = float(np.mean([v["avg"] for v in base.values()]))
+            above = [r["label"] for r in recs if np.isfinite(r["avg"][1]) and r["avg"][1] > b]
+            below = [r["label"] for r in recs if np.isfinite(r["avg"][2]) and r["avg"][2] < b]
+            lines.append(
+                f"Against the starting checkpoint ({100 * b:.1f}%): seed CI entirely above it: "
+                + (" / ".join(above) if above else "none") + "; entirely below it: " + (" / ".join(below) if below else "none") + "."
+            )
+        lines.append(
+            f"Caution: {len(recs) - 1} methods are compared with GRPO at 95% each and no multiplicity correction, from "
+            f"{max((r['n_seeds'] for r in recs), default=0)} seeds; a single 'better'/'worse' verdict is indicative, not "
+            "established."
+        )
         vsr = next((r for r in recs if r["method"] == "vsr"), None)
         if vsr is not None:
             lines.append(f"VSR generates {vsr['tokens_ratio']:.2f}x GRPO's new tokens per update in this regime "
