@@ -135,6 +135,11 @@ register_suite(
         regimes=(
             Regime("normal", "the 'mid' checkpoint on the normal split (2-6 term chains)"),
             Regime(
+                "normal_lr1e-4",
+                "as 'normal' at half the learning rate (1e-4): is a method's loss an instability at lr 2e-4?",
+                overrides={"optim": {"lr": 1.0e-4}},
+            ),
+            Regime(
                 "hard",
                 "the 'mid' checkpoint on 7-9 term chains, VSR buffers cold-started from expert solutions of 512 training problems, recency window 20 (VSR's regime)",
                 overrides=_HARD,
