@@ -182,9 +182,11 @@ def run(cfg: CompareConfig) -> int:
     from llm_harness.compare.report import write_report
 
     jobs = plan_jobs(cfg)
-    todo = [] if cfg.report_only else [j for j in jobs if not _done(j)]
-    print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(todo)} already done, "
-          f"{len(todo)} to run on {cfg.workers} worker(s) -> {cfg.out}", flush=True)
+    missing = [j for j in jobs if not _done(j)]
+    todo = [] if cfg.report_only else missing
+    print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(missing)} already done, "
+          + (f"report only ({len(missing)} not run)" if cfg.report_only else f"{len(todo)} to run on {cfg.workers} worker(s)")
+          + f" -> {cfg.out}", flush=True)
     failures = 0
     t0 = time.perf_counter()
     if todo:
