@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # One accelerator-machine session (H200 + 16 CPU cores), everything in one call:
-#   * on the GPU, in sequence: scripts/gpu_check.sh (backend suite + contract + large-batch timing),
-#     scripts/gpu_check_train.py (trainer and every plug-in on CUDA, with resume), and a quick
-#     prefix-value study with the HF backend on CUDA;
+#   * on the GPU: scripts/gpu_check.sh (backend suite + contract + large-batch timing, the trainer
+#     and every plug-in on CUDA with resume, and a quick prefix-value study with the HF backend);
 #   * at the same time, on the CPU cores: the method comparison (`python -m llm_harness.compare`,
 #     resumable: runs that do not finish in time are simply rerun later, elsewhere).
 # Results are packed into $OUT (at most 8 files): gpu.log, compare.log, gpu_results.tgz, compare_runs.tgz.
 # Env: COMPARE_WORKERS (default 12), COMPARE_TIMEOUT s (default 480), COMPARE_ARGS (extra flags),
-#      STUDY (default sigma-validation), PYTHON (default python3).
+#      STUDY (default sigma-validation, read by gpu_check.sh), PYTHON (default python3).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -29,12 +28,8 @@ G=/tmp/gpu_results
 rm -rf "$G"; mkdir -p "$G"
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
-    echo "== gpu_check.sh =="
-    OMP_NUM_THREADS=2 timeout 330 bash scripts/gpu_check.sh "$G/backend"; echo "gpu_check.sh exit $?"
-    echo "== gpu_check_train.py =="
-    timeout 150 "$PY" scripts/gpu_check_train.py --out "$G/train" --steps 20; echo "gpu_check_train exit $?"
-    echo "== prefix-value study on cuda =="
-    timeout 120 "$PY" -m prefixvalue "${STUDY:-sigma-validation}" --quick --device cuda --no-progress --out "$G/study"; echo "study exit $?"
+    echo "== gpu_check.sh (backend suite, contract, trainer + plug-ins on CUDA, a prefix-value study) =="
+    OMP_NUM_THREADS=2 timeout 560 bash scripts/gpu_check.sh "$G/backend"; echo "gpu_check.sh exit $?"
 } >>"$OUT/gpu.log" 2>&1
 echo "gpu part done at $(date -u +%T)" >>"$OUT/gpu.log"
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# GPU check (issue 4 item 4): on a CUDA machine with torch + transformers (nothing downloaded),
+# GPU check (issues 4-7): on a CUDA machine with torch + transformers (nothing downloaded),
 #   1. run the backend pytest suite on the GPU (VSR_TEST_DEVICE=cuda) when pytest + hypothesis are
 #      installed (skipped, and said so, when they are not: the checks of step 2 do not need them);
 #   2. run scripts/gpu_check.py: the backend contract on the GPU without pytest, and timing of
 #      HFBackend.generate on the test-bed model at large batch (512 prompts x 8 samples) against
-#      plain model.generate; it writes gpu_check.json.
+#      plain model.generate; it writes gpu_check.json;
+#   3. run scripts/gpu_check_train.py: GRPO and all method plug-ins training on CUDA, with resume
+#      (gpu_train.json);
+#   4. run one prefix-value study (sigma-validation, quick) with the HF backend on CUDA.
 # Usage: scripts/gpu_check.sh [OUT_DIR]      (default: $OUT, else ${TMPDIR:-/tmp}/gpu_check)
 # Env:   PYTHON (interpreter; default python3), GPU_CHECK_ARGS (extra arguments for gpu_check.py).
 # Exit status: 0 all passed; 2 no CUDA; otherwise non-zero when a check or the test suite failed.
-# Budget: about 5 minutes at most (each step is cut by `timeout`).
+# Budget: about 10 minutes at most (each step is cut by `timeout`).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,6 +50,18 @@ echo "== gpu_check.py =="
 timeout 150 "$PY" scripts/gpu_check.py --out "$OUT_DIR" ${GPU_CHECK_ARGS:-}
 rc=$?
 if [ "$rc" -ne 0 ]; then echo "gpu_check: gpu_check.py FAILED (exit $rc; 124 = timed out)" >&2; status=1; fi
+
+# 3. the trainer on CUDA: GRPO and every method plug-in composed, then a stop + resume (issues 6, 7)
+echo "== gpu_check_train.py =="
+timeout 180 "$PY" scripts/gpu_check_train.py --out "$OUT_DIR/train" --steps 20
+rc=$?
+if [ "$rc" -ne 0 ]; then echo "gpu_check: gpu_check_train.py FAILED (exit $rc; 124 = timed out)" >&2; status=1; fi
+
+# 4. a prefix-value study with the HF backend on CUDA (issue 5), quick size
+echo "== prefix-value study (sigma-validation, quick) on cuda =="
+timeout 180 "$PY" -m prefixvalue "${STUDY:-sigma-validation}" --quick --device cuda --no-progress --out "$OUT_DIR/study"
+rc=$?
+if [ "$rc" -ne 0 ]; then echo "gpu_check: prefix-value study FAILED (exit $rc; 124 = timed out)" >&2; status=1; fi
 
 if [ "$status" -eq 0 ]; then echo "gpu_check: all passed"; else echo "gpu_check: FAILED" >&2; fi
 exit "$status"
