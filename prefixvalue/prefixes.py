@@ -9,6 +9,9 @@
 * per-prefix entropy statistics from a teacher-forced entropy trace (:func:`entropy_stats`);
 * ExTra's embedding-smoothed mean token entropy (:func:`smoothing_weights`, :func:`smoothed_mte`).
 
+The scores (``p_hat``, ``sigma_hat``, ``smoothing_weights``, ``smoothed_mte``) live in
+:mod:`theory.prefix_scores`, shared with the trainer's plug-ins; they are re-exported here.
+
 Everything here is NumPy (float64) with shapes stated and checked on entry.
 """
 
@@ -19,7 +22,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from theory._validate import as_array, check_in_range
+from theory._validate import as_array
+from theory.prefix_scores import p_hat, sigma_hat, smoothing_weights
+from theory.prefix_scores import smoothed_entropy as smoothed_mte
 
 __all__ = [
     "alpha_cut",
@@ -104,28 +109,6 @@ def token_cut_for_offset(token_ids: Sequence[int], offset: int, decode: Callable
     return lo
 
 
-def p_hat(alpha, p0, reward) -> np.ndarray:
-    """VSR's interpolated continuation success ``p̂[i] = (1 - α[i]) p0[i] + α[i] R[i]`` (VSR §3.2, Alg. 1).
-
-    ``alpha[i]``, ``p0[i]``, ``reward[i]`` broadcast together; all in ``[0, 1]``.
-    """
-    a = check_in_range(as_array(alpha, "alpha", ndim=(0, 1)), "alpha", 0.0, 1.0)
-    p = check_in_range(as_array(p0, "p0", ndim=(0, 1)), "p0", 0.0, 1.0)
-    r = check_in_range(as_array(reward, "reward", ndim=(0, 1)), "reward", 0.0, 1.0)
-    return (1.0 - a) * p + a * r
-
-
-def sigma_hat(alpha, p0, reward, *, sqrt: bool = False) -> np.ndarray:
-    """VSR's zero-cost score ``σ̂ = p̂ (1 - p̂)`` (VSR §3.2, App. D.5), or ``sqrt(p̂ (1 - p̂))``.
-
-    The paper scores states with ``p̂ (1 - p̂)`` (a variance); ``sqrt=True`` gives the standard
-    deviation that Neyman allocation uses (SPEC §3.2).
-    """
-    p = p_hat(alpha, p0, reward)
-    v = p * (1.0 - p)
-    return np.sqrt(v) if sqrt else v
-
-
 def empirical_std(n_correct, n) -> np.ndarray:
     """Standard deviation of binary continuation rewards: ``sqrt(q (1 - q))``, ``q = c / n``.
 
@@ -176,31 +159,3 @@ def entropy_stats(entropies, logprobs, cut: int, step_start: int) -> dict[str, f
         "mean_logprob": mean_lp,
         "perplexity": float(math.exp(-mean_lp)),
     }
-
-
-def smoothing_weights(embeddings, tau: float) -> np.ndarray:
-    """``W[j, k] = softmax_k(cos(e_j, e_k) / τ)`` over the rows of ``embeddings[n, d]`` (SPEC §3.4).
-
-    Rows with zero norm have cosine 0 with everything. Each row of ``W`` sums to 1; computed in
-    float64 with the max subtracted before exponentiation.
-    """
-    e = as_array(embeddings, "embeddings", ndim=2)
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or tau <= 0:
-        raise ValueError(f"tau: must be a finite number > 0, got {tau!r}")
-    norms = np.linalg.norm(e, axis=1, keepdims=True)
-    u = np.divide(e, norms, out=np.zeros_like(e), where=norms > 0)
-    z = (u @ u.T) / float(tau)
-    z -= z.max(axis=1, keepdims=True)
-    w = np.exp(z)
-    return w / w.sum(axis=1, keepdims=True)
-
-
-def smoothed_mte(mte, embeddings, tau: float = 0.1) -> np.ndarray:
-    """ExTra's smoothed entropy ``H̃[j] = Σ_k softmax_k(cos(e_j, e_k)/τ) H[k]`` (SPEC §3.4, App. B).
-
-    ``mte[n]`` the candidates' mean token entropies, ``embeddings[n, d]`` their embeddings
-    (same prompt). Returns ``H̃[n]``.
-    """
-    h = as_array(mte, "mte", ndim=1)
-    e = as_array(embeddings, "embeddings", ndim=2, shape=(h.shape[0], None))
-    return smoothing_weights(e, tau) @ h

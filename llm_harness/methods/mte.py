@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from theory._validate import as_array, check_positive_scalar
+from theory._validate import as_array
+from theory.prefix_scores import smoothed_entropy as _smoothed_entropy
 
 __all__ = [
     "char_to_token_cuts",
@@ -55,18 +56,9 @@ def cosine_matrix(a, b=None) -> np.ndarray:
 
 
 def smoothed_entropy(mte, embeddings, tau: float = 0.1) -> np.ndarray:
-    """``H̃_j = Σ_k w_jk H_k`` with ``w_jk = exp(cos(e_j,e_k)/τ) / Σ_l exp(cos(e_j,e_l)/τ)`` (ExTra §4.3).
-
-    ``mte[J]`` raw prefix MTEs, ``embeddings[J, D]`` prefix embeddings, ``τ > 0``; returns ``H̃[J]``.
-    """
-    h = as_array(mte, "mte", ndim=1)
-    e = as_array(embeddings, "embeddings", ndim=2, shape=(h.shape[0], None))
-    tau = check_positive_scalar(tau, "tau")
-    z = cosine_matrix(e) / tau
-    z = z - z.max(axis=1, keepdims=True)
-    w = np.exp(z)
-    w /= w.sum(axis=1, keepdims=True)
-    return w @ h
+    """``H̃_j = Σ_k w_jk H_k`` with ``w_jk = softmax_k(cos(e_j,e_k)/τ)`` (ExTra §4.3); see
+    :func:`theory.prefix_scores.smoothed_entropy` (the one implementation, shared with the studies)."""
+    return _smoothed_entropy(mte, embeddings, tau)
 
 
 def select_prefix(mte, embeddings, tau: float = 0.1) -> tuple[int, np.ndarray]:

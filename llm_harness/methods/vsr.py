@@ -40,8 +40,9 @@ from llm_harness.methods.common import check_number, plugin_config, step_end_pos
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState
 from llm_harness.trainer.plugins import Plugin, StartStateSource, StepHook, StepRecord, register_plugin
 from llm_harness.trainer.rollout import collect, derive_seed
+from theory.prefix_scores import sigma_hat
 
-__all__ = ["VSRConfig", "VSRPlugin", "prefix_positions", "sigma_hat", "weighted_sample_without_replacement"]
+__all__ = ["VSRConfig", "VSRPlugin", "prefix_positions", "weighted_sample_without_replacement"]
 
 SCORES = ("p1mp", "sqrt", "uniform", "oracle")
 POSITIONS = ("token", "steps", "stride")
@@ -99,14 +100,6 @@ class VSRConfig:
                 raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
         if not self.insert_policy and not self.cold_start:
             raise ValueError("insert_policy: false needs cold_start: true (the buffer would stay empty)")
-
-
-def sigma_hat(alpha: np.ndarray, p0: float, reward: float, form: str = "p1mp") -> np.ndarray:
-    """σ̂ of prefixes at fractions ``alpha[k] = i_k/|τ|`` (SPEC §3.2): ``p̂(1−p̂)`` or its sqrt."""
-    a = np.asarray(alpha, dtype=np.float64)
-    p = (1.0 - a) * float(p0) + a * float(reward)
-    v = np.clip(p * (1.0 - p), 0.0, None)
-    return np.sqrt(v) if form == "sqrt" else v
 
 
 def prefix_positions(n_tokens: int, cfg: VSRConfig, step_ends: Sequence[int] | None = None) -> np.ndarray:
@@ -170,8 +163,7 @@ class VSRPlugin(StartStateSource, StepHook):
         if pos.size == 0:
             return None
         alphas = pos / float(len(response_ids))
-        form = "sqrt" if self.cfg.score == "sqrt" else "p1mp"
-        scores = sigma_hat(alphas, p0, reward, form)
+        scores = sigma_hat(alphas, p0, reward, sqrt=self.cfg.score == "sqrt")
         return _Trajectory(problem, tuple(prompt_ids), tuple(response_ids), pos, alphas, scores, birth, source)
 
     def _seed_expert(self, ctx: Any) -> None:

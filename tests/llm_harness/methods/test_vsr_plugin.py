@@ -12,7 +12,6 @@ from llm_harness.methods.vsr import (
     VSRConfig,
     VSRPlugin,
     prefix_positions,
-    sigma_hat,
     weighted_sample_without_replacement,
 )
 from llm_harness.tasks.step_arith import StepArithTask, make_problem
@@ -20,6 +19,7 @@ from llm_harness.trainer.data import Origin
 from llm_harness.trainer.plugins import StepRecord
 from llm_harness.trainer.testing import fake_group, make_trainer
 from theory.concentration import hoeffding_radius
+from theory.prefix_scores import sigma_hat
 
 
 def _vsr(tr, **params) -> VSRPlugin:
@@ -44,7 +44,7 @@ def test_sigma_hat_on_a_hand_built_trajectory(tmp_path):
     p0 = 0.25
     want = [(1 - a) * p0 + a * 1.0 for a in (0.25, 0.5, 0.75)]  # 0.4375, 0.625, 0.8125
     np.testing.assert_allclose(t.scores, [p * (1 - p) for p in want], rtol=0, atol=1e-15)
-    np.testing.assert_allclose(sigma_hat(np.array([0.5]), p0, 1.0, "sqrt"), [math.sqrt(0.625 * 0.375)])
+    np.testing.assert_allclose(sigma_hat(np.array([0.5]), p0, 1.0, sqrt=True), [math.sqrt(0.625 * 0.375)])
     # a later success of the same prompt replaces it (most recent trajectory per prompt)
     g2 = fake_group(prob, prompt, [(9, 9, 9)], [1], step=1)
     g2.rewards[:] = 1
