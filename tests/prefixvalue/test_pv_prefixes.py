@@ -1,4 +1,4 @@
-"""Pure prefix arithmetic: cuts, step truncation, sigma-hat, entropy statistics, smoothed MTE."""
+"""Pure prefix arithmetic: cuts, step truncation, entropy statistics (the scores: tests/theory/test_prefix_scores.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from prefixvalue.prefixes import (
     alpha_cut,
     empirical_std,
     entropy_stats,
-    p_hat,
-    sigma_hat,
-    smoothed_mte,
-    smoothing_weights,
     step_cuts,
     token_cut_for_offset,
 )
@@ -97,21 +93,6 @@ def test_token_cut_is_minimal(lengths, data):
     assert t == 0 or len(decode(ids[: t - 1])) < off
 
 
-def test_p_hat_and_sigma_hat_hand_values():
-    # VSR §3.2: p = (1 - a) p0 + a R
-    assert p_hat(0.25, 0.2, 1.0) == pytest.approx(0.75 * 0.2 + 0.25)
-    assert p_hat(0.0, 0.3, 1.0) == pytest.approx(0.3)
-    assert p_hat(1.0, 0.3, 0.0) == pytest.approx(0.0)
-    p = 0.75 * 0.2 + 0.25
-    assert sigma_hat(0.25, 0.2, 1.0) == pytest.approx(p * (1 - p))
-    assert sigma_hat(0.25, 0.2, 1.0, sqrt=True) == pytest.approx(math.sqrt(p * (1 - p)))
-    np.testing.assert_allclose(sigma_hat([0.0, 0.5, 1.0], [0.5, 0.5, 0.5], [1, 1, 1]), [0.25, 0.1875, 0.0])
-    with pytest.raises(ValueError, match="p0"):
-        p_hat(0.5, 1.5, 1.0)
-    with pytest.raises(ValueError, match="alpha"):
-        sigma_hat(-0.1, 0.5, 1.0)
-
-
 def test_empirical_std_is_population_std_of_binary_rewards():
     for n in (1, 7, 16):
         for c in range(n + 1):
@@ -138,52 +119,3 @@ def test_entropy_stats_hand_computation():
         entropy_stats(h, lp, cut=6, step_start=0)
     with pytest.raises(ValueError, match="step_start"):
         entropy_stats(h, lp, cut=2, step_start=2)
-
-
-def test_smoothing_weights_hand_computation():
-    # e0 = e1 (cos 1), e2 orthogonal to both (cos 0); tau = 0.5 -> logits 2, 2, 0 for rows 0/1
-    e = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
-    w = smoothing_weights(e, 0.5)
-    a, b = math.exp(2.0), math.exp(0.0)
-    np.testing.assert_allclose(w[0], [a / (2 * a + b), a / (2 * a + b), b / (2 * a + b)], rtol=1e-12)
-    np.testing.assert_allclose(w[2], [b / (2 * b + a), b / (2 * b + a), a / (2 * b + a)], rtol=1e-12)
-    h = np.array([1.0, 3.0, 10.0])
-    np.testing.assert_allclose(smoothed_mte(h, e, 0.5), w @ h, rtol=1e-12)
-    assert smoothed_mte(h, e, 0.5)[0] == pytest.approx((a * 1 + a * 3 + b * 10) / (2 * a + b))
-
-
-@given(st.integers(1, 8), st.integers(1, 5), st.floats(0.01, 5.0), st.integers(0, 2**31 - 1))
-def test_smoothed_mte_is_a_convex_combination(n, d, tau, seed):
-    rng = np.random.default_rng(seed)
-    e = rng.normal(size=(n, d))
-    h = rng.uniform(0, 3, size=n)
-    w = smoothing_weights(e, tau)
-    np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=1e-12)
-    assert np.all(w >= 0)
-    s = smoothed_mte(h, e, tau)
-    assert np.all(s >= h.min() - 1e-12) and np.all(s <= h.max() + 1e-12)
-    # tiny tau: a candidate whose direction differs from all others keeps (almost) its own value
-    u = e / np.linalg.norm(e, axis=1, keepdims=True)
-    cos = u @ u.T
-    np.fill_diagonal(cos, -np.inf)
-    if n == 1 or cos.max() < 1 - 1e-2:  # other weights <= n exp(-1e-2 / 1e-4) ~ n e^-100
-        np.testing.assert_allclose(smoothed_mte(h, e, 1e-4), h, atol=1e-9)
-
-
-def test_smoothing_rejects_bad_tau_and_shapes():
-    with pytest.raises(ValueError, match="tau"):
-        smoothing_weights(np.eye(2), 0.0)
-    with pytest.raises(ValueError, match="embeddings"):
-        smoothed_mte([1.0, 2.0], np.eye(3), 0.1)
-
-
-def test_smoothed_mte_agrees_with_the_trainer_plugin_when_present():
-    """The same formula built twice (this study and the ExTra trainer plug-in) must agree."""
-    mte_mod = pytest.importorskip("llm_harness.methods.mte")
-    other = getattr(mte_mod, "smoothed_entropy", None)
-    if other is None:
-        pytest.skip("llm_harness.methods.mte has no smoothed_entropy")
-    rng = np.random.default_rng(5)
-    e = rng.normal(size=(7, 4))
-    h = rng.uniform(0, 2, size=7)
-    np.testing.assert_allclose(smoothed_mte(h, e, 0.1), other(h, e, 0.1), rtol=1e-10)
