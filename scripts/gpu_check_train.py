@@ -26,14 +26,10 @@ if str(ROOT) not in sys.path:
 def _run(name: str, cfg, device: str) -> dict:
     import torch
 
-    from llm_harness.tasks import get_task
-    from llm_harness.trainer.entry import build_backend
-    from llm_harness.trainer.loop import Trainer
-    from llm_harness.trainer.modeling import build_model
+    from llm_harness.trainer.entry import build_trainer
 
-    task = get_task(cfg.task.name, **cfg.task.params)
-    model, tok = build_model(cfg.model, cfg.seed)
-    tr = Trainer(cfg, model=model, tokenizer=tok, backend=build_backend(model, tok, cfg), task=task)
+    tr = build_trainer(cfg)
+    model = tr.model
     if cfg.run.resume:
         tr.resume()
     t0 = time.perf_counter()

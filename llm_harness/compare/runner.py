@@ -153,14 +153,9 @@ def _execute(job: Job) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {"regime": job.regime, "method": job.method, "seed": job.seed, "fingerprint": job.fingerprint}
     if job.method == "base":
-        from llm_harness.tasks import get_task
-        from llm_harness.trainer.entry import build_backend
-        from llm_harness.trainer.loop import Trainer
-        from llm_harness.trainer.modeling import build_model
+        from llm_harness.trainer.entry import build_trainer
 
-        task = get_task(cfg.task.name, **cfg.task.params)
-        model, tok = build_model(cfg.model, cfg.seed)
-        tr = Trainer(cfg, model=model, tokenizer=tok, backend=build_backend(model, tok, cfg), task=task)
+        tr = build_trainer(cfg)
         try:
             out["validation"] = tr.validate()
         finally:

@@ -22,14 +22,16 @@ __all__ = [
     "TaskConfig",
     "TrainConfig",
     "ValidationConfig",
+    "check_number",
 ]
 
 #: estimators that normalise within a group and so need G >= 2
 GROUP_ESTIMATORS = ("grpo", "rloo")
 
 
-def _num(name: str, v: Any, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-         integer: bool = False) -> None:
+def check_number(name: str, v: Any, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+                 integer: bool = False) -> None:
+    """ValueError naming ``name`` unless ``v`` is a finite number (an int if ``integer``) in the range."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
         raise ValueError(f"{name}: must be {'an int' if integer else 'a number'}, got {v!r}")
     if not math.isfinite(v):
@@ -71,7 +73,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for n in ("hidden_size", "num_layers", "num_heads", "max_context"):
-            _num(n, getattr(self, n), 1, integer=True)
+            check_number(n, getattr(self, n), 1, integer=True)
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size: {self.hidden_size} not divisible by num_heads {self.num_heads}")
         _choice("dtype", self.dtype, ("float32", "bfloat16", "float16"))
@@ -118,13 +120,13 @@ class RolloutConfig:
     (0 disables the deadline: verification runs inline)."""
 
     def __post_init__(self) -> None:
-        _num("prompts_per_step", self.prompts_per_step, 1, integer=True)
-        _num("group_size", self.group_size, 1, integer=True)
-        _num("temperature", self.temperature, 0, lo_open=True)
-        _num("top_p", self.top_p, 0, 1, lo_open=True)
-        _num("max_new_tokens", self.max_new_tokens, 1, integer=True)
-        _num("max_batch_sequences", self.max_batch_sequences, 1, integer=True)
-        _num("verify_timeout_s", self.verify_timeout_s, 0)
+        check_number("prompts_per_step", self.prompts_per_step, 1, integer=True)
+        check_number("group_size", self.group_size, 1, integer=True)
+        check_number("temperature", self.temperature, 0, lo_open=True)
+        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        check_number("max_new_tokens", self.max_new_tokens, 1, integer=True)
+        check_number("max_batch_sequences", self.max_batch_sequences, 1, integer=True)
+        check_number("verify_timeout_s", self.verify_timeout_s, 0)
 
 
 @dataclass(frozen=True)
@@ -165,18 +167,18 @@ class AlgoConfig:
     forward of this step's policy before the update; replayed rollouts keep their behaviour log-probs)."""
 
     def __post_init__(self) -> None:
-        _num("eps_sigma", self.eps_sigma, 0)
-        _num("eps_low", self.eps_low, 0, 1)
+        check_number("eps_sigma", self.eps_sigma, 0)
+        check_number("eps_low", self.eps_low, 0, 1)
         if self.eps_low >= 1:
             raise ValueError(f"eps_low: must be < 1, got {self.eps_low}")
-        _num("eps_high", self.eps_high, 0)
-        _num("dual_clip", self.dual_clip, 0)
+        check_number("eps_high", self.eps_high, 0)
+        check_number("dual_clip", self.dual_clip, 0)
         if 0 < self.dual_clip <= 1:
             raise ValueError(f"dual_clip: must be > 1 (or 0 to disable), got {self.dual_clip}")
-        _num("kl_coef", self.kl_coef, 0)
-        _num("max_gen_rounds", self.max_gen_rounds, 1, integer=True)
-        _num("ppo_epochs", self.ppo_epochs, 1, integer=True)
-        _num("mini_batches", self.mini_batches, 1, integer=True)
+        check_number("kl_coef", self.kl_coef, 0)
+        check_number("max_gen_rounds", self.max_gen_rounds, 1, integer=True)
+        check_number("ppo_epochs", self.ppo_epochs, 1, integer=True)
+        check_number("mini_batches", self.mini_batches, 1, integer=True)
         _choice("collector", self.collector, ("generate", "expert"))
         _choice("objective", self.objective, ("ppo", "sft"))
         _choice("old_logprobs", self.old_logprobs, ("behaviour", "recompute"))
@@ -205,12 +207,12 @@ class OptimConfig:
     """Linear warm-up steps."""
 
     def __post_init__(self) -> None:
-        _num("lr", self.lr, 0, lo_open=True)
-        _num("weight_decay", self.weight_decay, 0)
-        _num("beta1", self.beta1, 0, 1)
-        _num("beta2", self.beta2, 0, 1)
-        _num("grad_clip", self.grad_clip, 0)
-        _num("warmup_steps", self.warmup_steps, 0, integer=True)
+        check_number("lr", self.lr, 0, lo_open=True)
+        check_number("weight_decay", self.weight_decay, 0)
+        check_number("beta1", self.beta1, 0, 1)
+        check_number("beta2", self.beta2, 0, 1)
+        check_number("grad_clip", self.grad_clip, 0)
+        check_number("warmup_steps", self.warmup_steps, 0, integer=True)
         _choice("schedule", self.schedule, ("constant", "linear", "cosine"))
 
 
@@ -233,11 +235,11 @@ class ValidationConfig:
     """Nucleus mass of the evaluation."""
 
     def __post_init__(self) -> None:
-        _num("every", self.every, 0, integer=True)
-        _num("n_problems", self.n_problems, 1, integer=True)
-        _num("k", self.k, 1, integer=True)
-        _num("temperature", self.temperature, 0, lo_open=True)
-        _num("top_p", self.top_p, 0, 1, lo_open=True)
+        check_number("every", self.every, 0, integer=True)
+        check_number("n_problems", self.n_problems, 1, integer=True)
+        check_number("k", self.k, 1, integer=True)
+        check_number("temperature", self.temperature, 0, lo_open=True)
+        check_number("top_p", self.top_p, 0, 1, lo_open=True)
 
 
 @dataclass(frozen=True)
@@ -269,11 +271,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.run_dir:
             raise ValueError("run_dir: must not be empty")
-        _num("checkpoint_every", self.checkpoint_every, 0, integer=True)
-        _num("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
-        _num("num_threads", self.num_threads, 0, integer=True)
+        check_number("checkpoint_every", self.checkpoint_every, 0, integer=True)
+        check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
+        check_number("num_threads", self.num_threads, 0, integer=True)
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
-        _num("stop_after", self.stop_after, 0, integer=True)
+        check_number("stop_after", self.stop_after, 0, integer=True)
 
 
 @dataclass(frozen=True)
@@ -303,8 +305,8 @@ class TrainConfig:
     ``replay``, ``extra``, ``reinforce_ada_est``)."""
 
     def __post_init__(self) -> None:
-        _num("seed", self.seed, 0, integer=True)
-        _num("steps", self.steps, 1, integer=True)
+        check_number("seed", self.seed, 0, integer=True)
+        check_number("steps", self.steps, 1, integer=True)
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("model", "task", "rollout", "algo", "optim", "validation", "run"):
@@ -353,11 +355,11 @@ class EvalConfig:
     """Where eval.json and eval.md are written."""
 
     def __post_init__(self) -> None:
-        _num("n_problems", self.n_problems, 1, integer=True)
-        _num("k", self.k, 1, integer=True)
-        _num("temperature", self.temperature, 0, lo_open=True)
-        _num("top_p", self.top_p, 0, 1, lo_open=True)
-        _num("max_new_tokens", self.max_new_tokens, 1, integer=True)
-        _num("seed", self.seed, 0, integer=True)
+        check_number("n_problems", self.n_problems, 1, integer=True)
+        check_number("k", self.k, 1, integer=True)
+        check_number("temperature", self.temperature, 0, lo_open=True)
+        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        check_number("max_new_tokens", self.max_new_tokens, 1, integer=True)
+        check_number("seed", self.seed, 0, integer=True)
         if not self.out_dir:
             raise ValueError("out_dir: must not be empty")

@@ -19,7 +19,7 @@ from llm_harness.trainer.config import EvalConfig, TrainConfig
 from vsr.atomic import write_json, write_text
 from vsr.config_io import save_config
 
-__all__ = ["build_backend", "evaluate", "train"]
+__all__ = ["build_backend", "build_trainer", "evaluate", "train"]
 
 
 def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max_batch_sequences: int = 256) -> Any:
@@ -36,11 +36,23 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     return BACKENDS[name].from_config(VLLMBackendConfig(model=cfg.model.path), scorer=hf)
 
 
+def build_trainer(cfg: TrainConfig, *, task: Any = None, extra_plugins: list | None = None) -> Any:
+    """A :class:`~llm_harness.trainer.loop.Trainer` with the model, tokenizer and backend the config
+    names (``task`` defaults to ``get_task(cfg.task.name, **cfg.task.params)``)."""
+    from llm_harness.tasks import get_task
+    from llm_harness.trainer.loop import Trainer
+    from llm_harness.trainer.modeling import build_model
+
+    if task is None:
+        task = get_task(cfg.task.name, **cfg.task.params)
+    model, tokenizer = build_model(cfg.model, cfg.seed)
+    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences)
+    return Trainer(cfg, model=model, tokenizer=tokenizer, backend=backend, task=task, extra_plugins=extra_plugins)
+
+
 def train(cfg: TrainConfig) -> int:
     """Run (or resume) a training run described by ``cfg``; returns a process exit code."""
-    from llm_harness.tasks import get_task
-    from llm_harness.trainer.loop import NonFiniteLossError, Trainer, check_registries
-    from llm_harness.trainer.modeling import build_model
+    from llm_harness.trainer.loop import NonFiniteLossError, check_registries
 
     check_registries(cfg)
     if cfg.run.num_threads:
@@ -53,10 +65,7 @@ def train(cfg: TrainConfig) -> int:
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    task = get_task(cfg.task.name, **cfg.task.params)
-    model, tokenizer = build_model(cfg.model, cfg.seed)
-    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences)
-    trainer = Trainer(cfg, model=model, tokenizer=tokenizer, backend=backend, task=task)
+    trainer = build_trainer(cfg)
     try:
         if cfg.run.resume:
             step = trainer.resume()

@@ -33,9 +33,7 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
 
     from llm_harness.tasks import get_task
     from llm_harness.trainer.config import RunConfig, TrainConfig, ValidationConfig
-    from llm_harness.trainer.entry import build_backend
-    from llm_harness.trainer.loop import Trainer
-    from llm_harness.trainer.modeling import build_model
+    from llm_harness.trainer.entry import build_trainer
     from llm_harness.trainer.testing import ToyTask, tiny_config
     from vsr.config_io import load_config
 
@@ -61,8 +59,7 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
         title = f"GRPO smoke run: random tiny model on the toy first-character task ({steps} steps)"
         if not quick:
             title += " - test-bed checkpoint not found"
-    model, tok = build_model(cfg.model, cfg.seed)
-    tr = Trainer(cfg, model=model, tokenizer=tok, backend=build_backend(model, tok, cfg), task=task)
+    tr = build_trainer(cfg, task=task)
     try:
         rows = tr.fit()
     finally:

@@ -25,8 +25,9 @@ from llm_harness.trainer.config import (
     TaskConfig,
     TrainConfig,
 )
+from llm_harness.trainer.plugins import StepHook
 
-__all__ = ["ToyTask", "fake_group", "make_trainer", "tiny_config"]
+__all__ = ["Recorder", "ToyTask", "fake_group", "make_trainer", "metrics_without_timing", "tiny_config"]
 
 
 class ToyTask(StepArithTask):
@@ -69,14 +70,9 @@ def tiny_config(run_dir: str, **over: Any) -> TrainConfig:
 def make_trainer(run_dir: str, task: Any = None, extra_plugins: list | None = None, **over: Any):
     """A :class:`~llm_harness.trainer.loop.Trainer` on :func:`tiny_config` (overrides as keywords) and
     a random tiny model; ``task`` defaults to :class:`ToyTask`."""
-    from llm_harness.trainer.entry import build_backend
-    from llm_harness.trainer.loop import Trainer
-    from llm_harness.trainer.modeling import build_model
+    from llm_harness.trainer.entry import build_trainer
 
-    cfg = tiny_config(run_dir, **over)
-    model, tok = build_model(cfg.model, cfg.seed)
-    be = build_backend(model, tok, cfg)
-    return Trainer(cfg, model=model, tokenizer=tok, backend=be, task=task or ToyTask(), extra_plugins=extra_plugins)
+    return build_trainer(tiny_config(run_dir, **over), task=task or ToyTask(), extra_plugins=extra_plugins)
 
 
 def fake_group(problem: Problem, prompt_ids, responses, rewards, step: int, *, origin: Any = None, prefix=(),
@@ -95,3 +91,21 @@ def fake_group(problem: Problem, prompt_ids, responses, rewards, step: int, *, o
         finish_reasons=["stop"] * len(responses),
         advantages=advantages,
     )
+
+
+class Recorder(StepHook):
+    """A step hook that keeps every :class:`~llm_harness.trainer.plugins.StepRecord` (in ``records``)."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def after_step(self, step: int, record: Any, ctx: Any) -> dict[str, float]:
+        self.records.append(record)
+        return {}
+
+
+def metrics_without_timing(path: Any) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` without wall-time keys (what bit-identity tests compare)."""
+    from llm_harness.trainer.metrics import is_timing_key, read_metrics
+
+    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in read_metrics(path)]

@@ -13,9 +13,7 @@ import torch
 from llm_harness.trainer.config import RunConfig, TrainConfig
 from llm_harness.trainer.data import Origin
 from llm_harness.trainer.loop import check_registries
-from llm_harness.trainer.metrics import is_timing_key, read_metrics
-from llm_harness.trainer.plugins import StepHook
-from llm_harness.trainer.testing import make_trainer
+from llm_harness.trainer.testing import Recorder, make_trainer, metrics_without_timing
 from vsr.config_io import load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -25,15 +23,6 @@ ALL_ON = {
     "extra": {"warmup_steps": 1, "embedder": "policy_hidden"},
     "replay": {"warmup": 1, "ratio": 0.5},
 }
-
-
-class Recorder(StepHook):
-    def __init__(self):
-        self.records = []
-
-    def after_step(self, step, record, ctx):
-        self.records.append(record)
-        return {}
 
 
 def test_every_plugin_effect_is_present_in_the_combined_batch(tmp_path):
@@ -56,10 +45,6 @@ def test_every_plugin_effect_is_present_in_the_combined_batch(tmp_path):
             assert all(len(r) <= 8 - len(g.start.prefix_ids) for r in g.response_ids)
 
 
-def _strip(rows):
-    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
-
-
 def test_resume_is_bit_identical_with_all_plugins_on(tmp_path):
     full = make_trainer(str(tmp_path / "full"), steps=6, plugins=ALL_ON,
                         run=RunConfig(run_dir=str(tmp_path / "full"), checkpoint_every=3, progress=False))
@@ -73,8 +58,8 @@ def test_resume_is_bit_identical_with_all_plugins_on(tmp_path):
     assert c.resume() == 3
     c.fit()
     c.close()
-    ma = _strip(read_metrics(tmp_path / "full" / "metrics.jsonl"))
-    mc = _strip(read_metrics(tmp_path / "half" / "metrics.jsonl"))
+    ma = metrics_without_timing(tmp_path / "full" / "metrics.jsonl")
+    mc = metrics_without_timing(tmp_path / "half" / "metrics.jsonl")
     assert [r["step"] for r in mc] == list(range(6)) and ma == mc
     for (n1, p1), (n2, p2) in zip(full.model.state_dict().items(), c.model.state_dict().items()):
         assert torch.equal(p1, p2), n1

@@ -19,12 +19,10 @@ from llm_harness.tasks import Problem
 from llm_harness.tasks.step_arith import StepArithTask
 from llm_harness.trainer.config import RolloutConfig, RunConfig
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState
-from llm_harness.trainer.entry import build_backend
-from llm_harness.trainer.loop import Trainer
-from llm_harness.trainer.metrics import read_metrics
-from llm_harness.trainer.modeling import CharTokenizer, Codec, build_model
-from llm_harness.trainer.plugins import PLUGINS, StepHook
-from llm_harness.trainer.testing import ToyTask, tiny_config
+from llm_harness.trainer.entry import build_trainer
+from llm_harness.trainer.modeling import CharTokenizer, Codec
+from llm_harness.trainer.plugins import PLUGINS
+from llm_harness.trainer.testing import Recorder, ToyTask, metrics_without_timing, tiny_config
 
 
 # ------------------------------------------------------------------ a fake context for unit tests
@@ -279,19 +277,8 @@ def test_state_dict_roundtrip_through_a_checkpoint_file():
 # ------------------------------------------------------------------ real trainer runs
 
 
-class Recorder(StepHook):
-    def __init__(self):
-        self.records = []
-
-    def after_step(self, step, record, ctx):
-        self.records.append(record)
-        return {}
-
-
 def _trainer(cfg, plugins=None):
-    model, tok = build_model(cfg.model, cfg.seed)
-    return Trainer(cfg, model=model, tokenizer=tok, backend=build_backend(model, tok, cfg), task=ToyTask(good="0"),
-                   extra_plugins=plugins)
+    return build_trainer(cfg, task=ToyTask(good="0"), extra_plugins=plugins)
 
 
 def _cfg(run_dir, **over):
@@ -337,11 +324,8 @@ def test_resume_with_extra_is_bit_identical(tmp_path):
     c.fit()
     c.close()
 
-    def strip(rows):
-        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
-
-    ma = strip(read_metrics(tmp_path / "full" / "metrics.jsonl"))
-    mc = strip(read_metrics(tmp_path / "half" / "metrics.jsonl"))
+    ma = metrics_without_timing(tmp_path / "full" / "metrics.jsonl")
+    mc = metrics_without_timing(tmp_path / "half" / "metrics.jsonl")
     assert [r["step"] for r in mc] == list(range(6)) and ma == mc
     assert sum(r["groups_guided"] for r in ma) > 0 and sum(r["extra_novelty_bonus_pos_frac"] for r in ma) > 0
     for (n1, p1), (n2, p2) in zip(a.model.state_dict().items(), c.model.state_dict().items()):

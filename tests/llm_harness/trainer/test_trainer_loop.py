@@ -13,18 +13,10 @@ from llm_harness.trainer.config import AlgoConfig, RolloutConfig, RunConfig, Tra
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState
 from llm_harness.trainer.entry import build_backend
 from llm_harness.trainer.loop import NonFiniteLossError, Trainer
-from llm_harness.trainer.metrics import is_timing_key, read_metrics
+from llm_harness.trainer.metrics import read_metrics
 from llm_harness.trainer.modeling import build_model
 from llm_harness.trainer.plugins import AdvantageShaper, RolloutReplay, StartStateSource, StepHook, allocate_counts
-from llm_harness.trainer.testing import ToyTask, tiny_config
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+from llm_harness.trainer.testing import Recorder, ToyTask, metrics_without_timing, tiny_config
 
 
 # ------------------------------------------------------------------ toy plug-ins
@@ -101,15 +93,6 @@ class BonusShaper(AdvantageShaper):
         return out
 
 
-class Recorder(StepHook):
-    def __init__(self):
-        self.records = []
-
-    def after_step(self, step, record, ctx):
-        self.records.append(record)
-        return {}
-
-
 def _trainer(cfg, task=None, plugins=None):
     model, tok = build_model(cfg.model, cfg.seed)
     be = build_backend(model, tok, cfg)
@@ -146,10 +129,6 @@ def test_loop_calls_every_plugin_point(tmp_path):
     tr.close()
 
 
-def _strip(rows):
-    return [{k: v for k, v in r.items() if not is_timing_key(k)} for r in rows]
-
-
 def test_resume_is_bit_identical(tmp_path):
     full = tiny_config(str(tmp_path / "full"), steps=6, run=RunConfig(run_dir=str(tmp_path / "full"), checkpoint_every=3, progress=False))
     a = _trainer(full, plugins=_toy_plugins())
@@ -165,8 +144,8 @@ def test_resume_is_bit_identical(tmp_path):
     assert c.resume() == 3
     c.fit()
     c.close()
-    ma = _strip(read_metrics(tmp_path / "full" / "metrics.jsonl"))
-    mc = _strip(read_metrics(tmp_path / "half" / "metrics.jsonl"))
+    ma = metrics_without_timing(tmp_path / "full" / "metrics.jsonl")
+    mc = metrics_without_timing(tmp_path / "half" / "metrics.jsonl")
     assert [r["step"] for r in mc] == list(range(6))
     assert ma == mc
     for (n1, p1), (n2, p2) in zip(a.model.state_dict().items(), c.model.state_dict().items()):

@@ -1,4 +1,4 @@
-"""Method plug-in tests: torch on one thread (the trainers here are tiny)."""
+"""tests/llm_harness: torch on one intra-op thread in every test (tiny models; 2 shared cores)."""
 
 from __future__ import annotations
 
