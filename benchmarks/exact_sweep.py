@@ -14,9 +14,19 @@ run stops on a mismatch).  JIT cost is reported separately: ``first_call_s`` is 
 call in this process cost (a cache load when Numba's on-disk cache is warm), ``compile_s`` is a
 fresh, uncached compile of the same kernels.  The same run measures the memory bandwidth as the
 best of several copies of a large array (NumPy ``copyto``, one thread; a Numba ``prange`` copy
-with all threads) and reports each row's *effective* bandwidth — the minimum bytes a sweep must
+with all threads; measured at the start and again before each MDP's rows, which use their own
+measurement) and reports each row's *effective* bandwidth — the minimum bytes a sweep must
 move (values + indices + row pointers + one read of ``x`` + one write of ``y`` per mat-vec)
 divided by its time — as a fraction of that copy bandwidth (1.0 = as fast as a copy).
+
+Outputs: ``sweep_s`` fills preallocated, already-touched ``d``/``p`` arrays (``out=``, as a loop
+that solves the same MDP repeatedly does), so it measures the sweep and not the kernel's zeroing
+of fresh pages; ``sweep_fresh_s`` is the same sweep into freshly allocated outputs (what one
+``solve`` call pays).  Every backend is timed both ways.  ``gather_free_fraction`` is a ceiling:
+the fraction of bandwidth a loop over the same CSR arrays reaches when it reads ``x[i]`` instead
+of ``x[indices[k]]`` (not a correct mat-vec; it shows how much of the gap to 1.0 is the streaming
+itself and how much the random gathers).  ``prefetch`` is the software-prefetch distance the Numba
+kernels chose for the graph (0 on local graphs such as gridworlds).
 
 Departures from a textbook benchmark: timings are the best of ``repeats`` runs (at least one,
 stopping early once ``min_time_s`` is spent) because the machine may be shared; the load
@@ -53,12 +63,16 @@ COLUMNS = (
     "sweep_s",
     "forward_s",
     "backward_s",
+    "sweep_fresh_s",
     "bytes_per_sweep",
     "effective_GBps",
+    "bandwidth_GBps",
     "fraction_of_bandwidth",
     "speedup_vs_numpy",
     "max_abs_err_vs_numpy",
     "repeats",
+    "prefetch",
+    "gather_free_fraction",
 )
 
 
@@ -86,7 +100,7 @@ class ExactSweepConfig:
     """Slip probability of the gridworlds."""
     wall_density: float = 0.2
     """Wall density of the random gridworld layouts."""
-    repeats: int = 3
+    repeats: int = 5
     """Maximum timed repetitions per row (the best is reported)."""
     min_time_s: float = 2.0
     """Stop repeating a row once this much time was spent on it (always at least one run)."""
@@ -187,6 +201,41 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def _gather_free_kernel():
+    import numba as nb
+
+    @nb.njit(parallel=True, cache=False, fastmath=False)
+    def gather_free_pass(indptr, indices, vals, x, y):
+        zero = np.uint64(0)
+        for i in nb.prange(y.size):
+            # the loop of kernels._row_dot, reading indices[k] but gathering x[i]: the streaming alone
+            k = np.uint64(indptr[i])
+            hi = np.uint64(indptr[i + 1])
+            acc = 0.0
+            while k < hi:
+                acc += vals[k] * x[np.uint64(i) + (np.uint64(indices[k]) & zero)]
+                k += np.uint64(1)
+            y[i] = acc
+
+    @nb.njit(cache=False, fastmath=False)
+    def gather_free(indptr, indices, vals, x, y, n_pass):
+        for _ in range(n_pass):  # back-to-back parallel regions, as in a sweep
+            gather_free_pass(indptr, indices, vals, x, y)
+
+    return gather_free
+
+
+def gather_free_fraction(g, vals, n_pass: int, repeats: int, bandwidth_Bps: float) -> float:
+    """Fraction of bandwidth of ``n_pass`` gather-free passes over the graph's arrays (see the module doc)."""
+    fn = _gather_free_kernel()
+    S = g.indptr.size - 1
+    x = np.random.default_rng(0).random(S)
+    y = np.zeros(S)
+    fn(g.indptr, g.indices, vals, x, y, 1)
+    best = min(_timed(lambda: fn(g.indptr, g.indices, vals, x, y, n_pass)) for _ in range(max(1, repeats)))
+    return sweep_bytes(S, g.nnz, n_pass) / 2 / best / bandwidth_Bps
+
+
 def sweep_bytes(n_states: int, nnz: int, horizon: int, index_bytes: int = 4) -> int:
     """Minimum bytes moved by a forward + backward sweep (``2H`` CSR mat-vecs)."""
     per_matvec = nnz * (8 + index_bytes) + (n_states + 1) * index_bytes + 2 * 8 * n_states
@@ -253,11 +302,13 @@ def jit_costs(cfg: ExactSweepConfig) -> dict:
         for name, par in (("numba_parallel", True), ("numba_serial", False)):
             if name not in cfg.backends:
                 continue
-            opts = dict(fastmath=False, nogil=True, cache=False, parallel=par)
+            opts = dict(fastmath=False, nogil=True, cache=False)
+            spmv_serial = nb.njit(**opts)(K._make_spmv(False))
+            spmv = nb.njit(parallel=True, **opts)(K._make_spmv(True)) if par else spmv_serial
             fns = (
-                nb.njit(**opts)(K._make_contract(par)),
-                nb.njit(**opts)(K._make_forward(par)),
-                nb.njit(**opts)(K._make_backward(par)),
+                nb.njit(parallel=par, **opts)(K._make_contract(par)),
+                nb.njit(**opts)(K._make_forward(spmv, spmv_serial)),
+                nb.njit(**opts)(K._make_backward(spmv, spmv_serial)),
             )
             pi3 = np.ascontiguousarray(pi[None])
 
@@ -265,8 +316,9 @@ def jit_costs(cfg: ExactSweepConfig) -> dict:
                 data = np.empty((1, g.nnz))
                 fns[0](mdp.indptr, mdp.probs, g.pos, g.indptr, pi3, data, 0)
                 d, ab, re = np.empty((H + 1, mdp.n_states)), np.empty(H + 1), np.empty(H + 1)
-                fns[1](g.t_indptr, g.t_indices, kern.t_data, mdp.init, ti, tr, d, ab, re, 0)
-                fns[2](g.indptr, g.indices, kern.data, ti, tr, np.empty((H + 1, mdp.n_states)), 0)
+                fns[1](g.t_indptr, g.t_indices, kern.t_data, mdp.init, ti, tr, d, ab, re, 0, 0)
+                fns[1](g.t_indptr, g.t_indices, kern.t_data, mdp.init, ti, tr, d, ab, re, 0, 1)
+                fns[2](g.indptr, g.indices, kern.data, ti, tr, np.empty((H + 1, mdp.n_states)), 0, 1)
 
             first = _timed(call)
             steady = min(_timed(call) for _ in range(3))
@@ -318,7 +370,7 @@ def grid_target(cfg: ExactSweepConfig) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_rows(cfg: ExactSweepConfig, bandwidth_Bps: float, log=print) -> list[dict]:
+def run_rows(cfg: ExactSweepConfig, log=print) -> list[dict]:
     """Benchmark rows (one per family x size x init x backend); raises on a correctness mismatch.
 
     The MDP, its state graph and ``P_π`` are built once per (family, size); the initial
@@ -347,6 +399,14 @@ def run_rows(cfg: ExactSweepConfig, bandwidth_Bps: float, log=print) -> list[dic
             # Below the work threshold the parallel kernels run their serial branch.
             threads = nb.get_num_threads() if mdp.graph.nnz >= K.PARALLEL_MIN_WORK else 1
             inits = {name: initial_distribution(mdp, name) for name in cfg.inits}
+            S = mdp.n_states
+            # Preallocated, touched outputs for the timed sweeps (see the module doc).
+            d_out = (np.zeros((H + 1, S)), np.zeros(H + 1), np.zeros(H + 1))
+            p_out = np.zeros((H + 1, S))
+            # The copy bandwidth is measured again next to each block of rows: on a shared machine it
+            # drifts by +-20% over a run, and the fraction must compare like with like.
+            bandwidth_Bps = measure_bandwidth(cfg.bandwidth_mib)["bandwidth_Bps"]
+            ceiling = gather_free_fraction(mdp.graph, kern.data[0], 2 * H, cfg.repeats, bandwidth_Bps)
             results: dict[tuple[str, str], dict] = {}
             ref: dict[str, np.ndarray] = {}
             for name in backends:
@@ -365,9 +425,13 @@ def run_rows(cfg: ExactSweepConfig, bandwidth_Bps: float, log=print) -> list[dic
                 if not err <= cfg.check_atol:
                     raise RuntimeError(f"{name} disagrees with the NumPy reference on {mdp.name} (max |diff| = {err:.3g})")
                 t_c, _, _ = _best_time(lambda: be.contract(mdp, pi3), cfg.repeats, cfg.min_time_s)
-                t_b, n_b, _ = _best_time(lambda: be.backward(kern, ti, tr, H), cfg.repeats, cfg.min_time_s)
+                t_b, n_b, _ = _best_time(lambda: be.backward(kern, ti, tr, H, out=p_out), cfg.repeats, cfg.min_time_s)
+                t_bf, _, _ = _best_time(lambda: be.backward(kern, ti, tr, H), cfg.repeats, cfg.min_time_s)
                 for init_name, init in inits.items():
-                    t_f, n_f, _ = _best_time(lambda: be.forward(kern, init, ti, tr, H), cfg.repeats, cfg.min_time_s)
+                    t_f, n_f, _ = _best_time(
+                        lambda: be.forward(kern, init, ti, tr, H, out=d_out), cfg.repeats, cfg.min_time_s
+                    )
+                    t_ff, _, _ = _best_time(lambda: be.forward(kern, init, ti, tr, H), cfg.repeats, cfg.min_time_s)
                     sweep = t_f + t_b
                     results[(name, init_name)] = dict(
                         family=family,
@@ -382,11 +446,15 @@ def run_rows(cfg: ExactSweepConfig, bandwidth_Bps: float, log=print) -> list[dic
                         sweep_s=sweep,
                         forward_s=t_f,
                         backward_s=t_b,
+                        sweep_fresh_s=t_ff + t_bf,
                         bytes_per_sweep=nbytes,
                         effective_GBps=nbytes / sweep / 1e9,
+                        bandwidth_GBps=bandwidth_Bps / 1e9,
                         fraction_of_bandwidth=(nbytes / sweep) / bandwidth_Bps,
                         max_abs_err_vs_numpy=err,
                         repeats=min(n_f, n_b),
+                        prefetch=mdp.graph.prefetch if name.startswith("numba") else 0,
+                        gather_free_fraction=ceiling,
                     )
                     if cfg.progress:
                         log(
@@ -401,7 +469,7 @@ def run_rows(cfg: ExactSweepConfig, bandwidth_Bps: float, log=print) -> list[dic
                         r = results[(name, init_name)]
                         r["speedup_vs_numpy"] = base / r["sweep_s"]
                         rows.append(r)
-            mdp = kern = None  # release the big arrays before the next size is built
+            mdp = kern = d_out = p_out = None  # release the big arrays before the next size is built
     return rows
 
 
@@ -409,14 +477,14 @@ def format_table(rows: list[dict]) -> str:
     """Fixed-width text table of the rows (ratios vs NumPy, fraction of bandwidth)."""
     head = (
         f"{'family':6s} {'S':>9s} {'nnz':>10s} {'init':5s} {'backend':15s} {'thr':>3s} "
-        f"{'contract':>9s} {'sweep':>9s} {'GB/s':>6s} {'frac_bw':>7s} {'x numpy':>8s}"
+        f"{'contract':>9s} {'sweep':>9s} {'fresh':>9s} {'GB/s':>6s} {'frac_bw':>7s} {'ceiling':>7s} {'x numpy':>8s}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['family']:6s} {r['n_states']:>9,d} {r['nnz']:>10,d} {r['init']:5s} {r['backend']:15s} {r['threads']:>3d} "
-            f"{r['contract_s']:>9.4f} {r['sweep_s']:>9.4f} {r['effective_GBps']:>6.2f} {r['fraction_of_bandwidth']:>7.3f} "
-            f"{r['speedup_vs_numpy']:>8.2f}"
+            f"{r['contract_s']:>9.4f} {r['sweep_s']:>9.4f} {r['sweep_fresh_s']:>9.4f} {r['effective_GBps']:>6.2f} "
+            f"{r['fraction_of_bandwidth']:>7.3f} {r['gather_free_fraction']:>7.3f} {r['speedup_vs_numpy']:>8.2f}"
         )
     return "\n".join(lines)
 
@@ -450,7 +518,7 @@ def run(cfg: ExactSweepConfig) -> int:
     log("  jit: " + ", ".join(f"{k}={v:.3f}" for k, v in jit.items()))
     bw = measure_bandwidth(cfg.bandwidth_mib)
     log(f"  copy bandwidth: numpy {bw['numpy_copy_Bps'] / 1e9:.2f} GB/s, numba {bw['numba_copy_Bps'] / 1e9:.2f} GB/s")
-    rows = run_rows(cfg, bw["bandwidth_Bps"], log=log)
+    rows = run_rows(cfg, log=log)
     target = grid_target(cfg) if cfg.grid_target else {}
     # Headline numbers: the numba_parallel rows at each family's largest size.
     largest = {}

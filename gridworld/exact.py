@@ -55,10 +55,18 @@ class StateGraph:
     """``int32[nnz]``: predecessor states (sorted within each row)."""
     t_perm: np.ndarray
     """``int32[nnz]``: ``P_π^T`` values are ``data[t_perm]``."""
+    far: float = 0.0
+    """Fraction of entries more than ``kernels.LOCAL_WINDOW`` states off the diagonal (the same for
+    the transpose); decides the software prefetch of the Numba mat-vecs (:func:`kernels.prefetch_distance`)."""
 
     @property
     def nnz(self) -> int:
         return int(self.indices.size)
+
+    @property
+    def prefetch(self) -> int:
+        """Prefetch distance of the Numba mat-vecs on this graph (0 = none; decided at call time)."""
+        return K.prefetch_distance(self.indptr.size - 1, self.far)
 
 
 def build_state_graph(mdp: TabularMDP, *, impl: str = "numba_serial") -> StateGraph:
@@ -75,7 +83,7 @@ def build_state_graph(mdp: TabularMDP, *, impl: str = "numba_serial") -> StateGr
     arrays = dict(indptr=c_indptr, indices=c_indices, pos=pos, t_indptr=t_indptr, t_indices=t_indices, t_perm=t_perm)
     for a in arrays.values():
         a.setflags(write=False)
-    return StateGraph(**arrays)
+    return StateGraph(**arrays, far=float(K.far_fraction(c_indptr, c_indices, K.LOCAL_WINDOW)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,10 +129,13 @@ class ExactBackend:
     """One implementation of every exact kernel, with uniform signatures.
 
     * ``contract(mdp, pi3) -> data[n_pi, nnz]``
-    * ``forward(kernel, init, term_idx, term_rew, H) -> (d[H+1, S], absorbed[H+1], reached[H+1])``
-    * ``backward(kernel, term_idx, term_rew, H) -> p[H+1, S]``
+    * ``forward(kernel, init, term_idx, term_rew, H, out=None) -> (d[H+1, S], absorbed[H+1], reached[H+1])``
+    * ``backward(kernel, term_idx, term_rew, H, out=None) -> p[H+1, S]``
     * ``pair_backup(mdp, p) -> q[H, S*A]``
     * ``vsr(d, p, eps) -> (dvis, sigma, mu_var, mu_eps, z_d, z_mu)``
+
+    ``out`` (optional) is a preallocated ``(d, absorbed, reached)`` or ``p`` to fill and return,
+    for loops that solve the same MDP many times.
     """
 
     name: str
@@ -166,11 +177,16 @@ def _numba_backend(name: str, parallel: bool) -> ExactBackend:
     return ExactBackend(
         name=name,
         contract=lambda mdp, pi3: contract_fn(mdp.indptr, mdp.probs, g(mdp).pos, g(mdp).indptr, pi3),
-        forward=lambda k, init, ti, tr, H: fwd(k.graph.t_indptr, k.graph.t_indices, k.t_data, init, ti, tr, H),
-        backward=lambda k, ti, tr, H: bwd(k.graph.indptr, k.graph.indices, k.data, ti, tr, H),
-        pair_backup=lambda mdp, p: pb(mdp.indptr, mdp.indices, mdp.probs, p),
+        forward=lambda k, init, ti, tr, H, out=None: fwd(
+            k.graph.t_indptr, k.graph.t_indices, k.t_data, init, ti, tr, H, dist=k.graph.prefetch, out=out
+        ),
+        backward=lambda k, ti, tr, H, out=None: bwd(
+            k.graph.indptr, k.graph.indices, k.data, ti, tr, H, dist=k.graph.prefetch, out=out
+        ),
+        pair_backup=lambda mdp, p: pb(mdp.indptr, mdp.indices, mdp.probs, p, dist=g(mdp).prefetch),
         vsr=lambda d, p, eps: vsr(d, p, float(eps)),
-        description=f"Numba @njit{'(parallel=True), prange over rows' if parallel else ', serial'}",
+        description=f"Numba @njit{'(parallel=True), prange over rows' if parallel else ', serial'}"
+        ", software prefetch of the gathers on non-local graphs",
     )
 
 
@@ -180,8 +196,12 @@ register_backend(
     ExactBackend(
         name="numpy",
         contract=lambda mdp, pi3: K.contract_values_numpy(mdp.indptr, mdp.probs, mdp.graph.pos, mdp.graph.indptr, pi3),
-        forward=lambda k, init, ti, tr, H: K.forward_sweep_numpy(k.graph.t_indptr, k.graph.t_indices, k.t_data, init, ti, tr, H),
-        backward=lambda k, ti, tr, H: K.backward_sweep_numpy(k.graph.indptr, k.graph.indices, k.data, ti, tr, H),
+        forward=lambda k, init, ti, tr, H, out=None: K.forward_sweep_numpy(
+            k.graph.t_indptr, k.graph.t_indices, k.t_data, init, ti, tr, H, out=out
+        ),
+        backward=lambda k, ti, tr, H, out=None: K.backward_sweep_numpy(
+            k.graph.indptr, k.graph.indices, k.data, ti, tr, H, out=out
+        ),
         pair_backup=lambda mdp, p: K.pair_backup_numpy(mdp.indptr, mdp.indices, mdp.probs, p),
         vsr=K.vsr_fields_numpy,
         description="pure NumPy reference (gather + np.add.reduceat)",
@@ -193,10 +213,12 @@ register_backend(
         contract=lambda mdp, pi3: K.contract_values_scipy(
             mdp.indptr, mdp.indices, mdp.probs, mdp.graph.indptr, mdp.graph.indices, pi3
         ),
-        forward=lambda k, init, ti, tr, H: K.forward_sweep_scipy(
-            [k.matrix_T(t) for t in range(k.n_stages)], init, ti, tr, H
+        forward=lambda k, init, ti, tr, H, out=None: K.forward_sweep_scipy(
+            [k.matrix_T(t) for t in range(k.n_stages)], init, ti, tr, H, out=out
         ),
-        backward=lambda k, ti, tr, H: K.backward_sweep_scipy([k.matrix(t) for t in range(k.n_stages)], ti, tr, H),
+        backward=lambda k, ti, tr, H, out=None: K.backward_sweep_scipy(
+            [k.matrix(t) for t in range(k.n_stages)], ti, tr, H, out=out
+        ),
         pair_backup=lambda mdp, p: K.pair_backup_scipy(mdp.pair_matrix(), p),
         vsr=K.vsr_fields_numpy,
         description="scipy.sparse CSR mat-vecs on the same arrays (VSR fields via NumPy)",

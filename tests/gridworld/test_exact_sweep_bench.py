@@ -36,6 +36,8 @@ def test_quick_run_writes_csv_summary_and_config(tmp_path, capsys, force_paralle
     for r in rows:
         assert float(r["max_abs_err_vs_numpy"]) <= 1e-10
         assert float(r["sweep_s"]) > 0 and float(r["fraction_of_bandwidth"]) > 0
+        assert float(r["sweep_fresh_s"]) > 0 and float(r["gather_free_fraction"]) > 0
+        assert int(r["prefetch"]) == 0  # quick sizes fit in cache: no software prefetch
         if r["backend"] == "numpy":
             assert float(r["speedup_vs_numpy"]) == 1.0
     summary = json.loads(out.with_suffix(".json").read_text())
@@ -50,15 +52,15 @@ def test_mismatch_is_caught_before_timing(monkeypatch):
     mod = _load()
     good = exact.BACKENDS["scipy"]
 
-    def wrong_backward(kern, ti, tr, H):
-        p = good.backward(kern, ti, tr, H)
+    def wrong_backward(kern, ti, tr, H, out=None):
+        p = good.backward(kern, ti, tr, H, out=out)
         p[0, 0] += 1e-6
         return p
 
     monkeypatch.setitem(exact.BACKENDS, "scipy", dataclasses.replace(good, backward=wrong_backward))
     cfg = mod._quick(mod.ExactSweepConfig(families=("random",), inits=("point",), progress=False))
     with pytest.raises(RuntimeError, match="scipy disagrees"):
-        mod.run_rows(cfg, bandwidth_Bps=1e10)
+        mod.run_rows(cfg)
 
 
 def test_sweep_bytes_model():
