@@ -316,7 +316,6 @@ def jit_costs(cfg: ExactSweepConfig) -> dict:
                 data = np.empty((1, g.nnz))
                 fns[0](mdp.indptr, mdp.probs, g.pos, g.indptr, pi3, data, 0)
                 d, ab, re = np.empty((H + 1, mdp.n_states)), np.empty(H + 1), np.empty(H + 1)
-                fns[1](g.t_indptr, g.t_indices, kern.t_data, mdp.init, ti, tr, d, ab, re, 0, 0)
                 fns[1](g.t_indptr, g.t_indices, kern.t_data, mdp.init, ti, tr, d, ab, re, 0, 1)
                 fns[2](g.indptr, g.indices, kern.data, ti, tr, np.empty((H + 1, mdp.n_states)), 0, 1)
 

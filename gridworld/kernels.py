@@ -423,11 +423,18 @@ def _out_array(out, name: str, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def _forward_outputs(out, horizon: int, n_states: int):
+    """``(d, absorbed, reached)`` of a forward sweep: ``out`` checked, or new arrays; ``absorbed[0] = reached[0] = 0``."""
+    d, absorbed, reached = out if out is not None else (None, None, None)
+    d = _out_array(d, "d", (horizon + 1, n_states))
+    absorbed = _out_array(absorbed, "absorbed", (horizon + 1,))
+    reached = _out_array(reached, "reached", (horizon + 1,))
+    absorbed[0] = reached[0] = 0.0
+    return d, absorbed, reached
+
+
 def _forward_numba(fn, par_min, t_indptr, t_indices, t_data, init, term_idx, term_rew, horizon, dist, out):
-    d_out, ab_out, re_out = out if out is not None else (None, None, None)
-    d = _out_array(d_out, "d", (horizon + 1, init.size))
-    absorbed = _out_array(ab_out, "absorbed", (horizon + 1,))
-    reached = _out_array(re_out, "reached", (horizon + 1,))
+    d, absorbed, reached = _forward_outputs(out, horizon, init.size)
     fn(t_indptr, t_indices, t_data, init, term_idx, term_rew, d, absorbed, reached, par_min, int(dist))
     return d, absorbed, reached
 
@@ -462,21 +469,10 @@ def spmv_numpy(indptr, indices, vals, x, nonempty=None):
     return y
 
 
-def _fresh_or_out(out, horizon, n_states):
-    if out is None:
-        return np.empty((horizon + 1, n_states)), np.zeros(horizon + 1), np.zeros(horizon + 1)
-    d, absorbed, reached = out
-    d = _out_array(d, "d", (horizon + 1, n_states))
-    absorbed = _out_array(absorbed, "absorbed", (horizon + 1,))
-    reached = _out_array(reached, "reached", (horizon + 1,))
-    absorbed[0] = reached[0] = 0.0
-    return d, absorbed, reached
-
-
 def forward_sweep_numpy(t_indptr, t_indices, t_data, init, term_idx, term_rew, horizon, *, out=None):
     """NumPy reference of :func:`forward_sweep_serial`."""
     n_pi = t_data.shape[0]
-    d, absorbed, reached = _fresh_or_out(out, horizon, init.size)
+    d, absorbed, reached = _forward_outputs(out, horizon, init.size)
     d[0] = init
     nonempty = np.diff(t_indptr) > 0
     for t in range(horizon):
@@ -492,7 +488,7 @@ def forward_sweep_numpy(t_indptr, t_indices, t_data, init, term_idx, term_rew, h
 def forward_sweep_scipy(mats_T, init, term_idx, term_rew, horizon, *, out=None):
     """``scipy.sparse`` version: ``mats_T[tp]`` is ``P_π^T`` (CSR) for policy row ``tp``."""
     n_pi = len(mats_T)
-    d, absorbed, reached = _fresh_or_out(out, horizon, init.size)
+    d, absorbed, reached = _forward_outputs(out, horizon, init.size)
     d[0] = init
     for t in range(horizon):
         y = mats_T[min(t, n_pi - 1)] @ d[t]
