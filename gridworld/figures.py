@@ -60,7 +60,7 @@ def figure2(cfg: Figure2Config) -> int:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from vsr.atomic import atomic_path
+    from vsr.atomic import atomic_path, save_figure
     from vsr.config_io import save_config
 
     snaps = tuple(sorted(set(cfg.snapshots)))
@@ -145,10 +145,7 @@ def figure2(cfg: Figure2Config) -> int:
         ax.set_title("curriculum statistics (distance of the mass from G)", fontsize=9)
     fig.suptitle("d, σ and μ_var ∝ dσ of the μ_var learner over training (7x7 gridworld, exact)", fontsize=11)
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        with atomic_path(out / f"figure2.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out, "figure2")
     diff = paired_difference(traces, "mu_var_is", "on_policy")
     print(f"    mu_var - on_policy, mean J over the last 20 updates: {diff['mean']:+.3f} (95% CI {diff['lo']:+.3f}, {diff['hi']:+.3f}; {diff['n']} seeds)")
     sd, md = curr["sigma_weighted_distance"], curr["mu_weighted_distance"]
@@ -176,7 +173,7 @@ def compare(cfg: CompareConfig) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import atomic_path, write_text
+    from vsr.atomic import atomic_path, save_figure, write_text
     from vsr.config_io import save_config
 
     traces = run_comparison(cfg.pg, progress=cfg.progress)
@@ -219,10 +216,7 @@ def compare(cfg: CompareConfig) -> int:
     ax.set_ylabel("per-sample trace variance (solid exact, dotted measured)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        with atomic_path(out / f"compare.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out, "compare")
     return 0
 
 

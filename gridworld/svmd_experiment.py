@@ -394,7 +394,7 @@ def plot(rows: list[dict], cfg: SVMDConfig, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import atomic_path
+    from vsr.atomic import save_figure
 
     n = len(cfg.settings)
     fig, axes = plt.subplots(n, 3, figsize=(14, 3.8 * n), squeeze=False)
@@ -432,14 +432,7 @@ def plot(rows: list[dict], cfg: SVMDConfig, out: Path) -> list[Path]:
         ax.set(xscale="log", yscale="log", xlabel="ε", title=f"{name}: gap vs ε")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    paths = []
-    for ext in ("png", "pdf"):
-        p = out / f"svmd_bound.{ext}"
-        with atomic_path(p) as tmp:
-            fig.savefig(tmp, format=ext, dpi=120)
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, "svmd_bound")
 
 
 def run(cfg: SVMDConfig) -> int:

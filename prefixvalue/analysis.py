@@ -117,20 +117,10 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
 
 
 def save_figure(fig, out_dir: str | Path, stem: str) -> list[Path]:
-    """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` (Agg backend) and close it."""
-    import matplotlib.pyplot as plt
+    """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` (atomically, 130 dpi) and close it."""
+    from vsr.atomic import save_figure as _save
 
-    from vsr.atomic import atomic_path
-
-    out_dir = Path(out_dir)
-    paths = []
-    for ext, kw in (("png", {"dpi": 130}), ("pdf", {})):
-        path = out_dir / f"{stem}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, **kw)
-        paths.append(path)
-    plt.close(fig)
-    return paths
+    return _save(fig, out_dir, stem, dpi=130)
 
 
 def pyplot():

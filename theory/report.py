@@ -16,7 +16,7 @@ def make_theory_figure(out_dir: Path, quick: bool = False) -> int:
     import matplotlib.pyplot as plt
 
     from theory.cli import TheoryCheckConfig, format_table, run_all
-    from vsr.atomic import atomic_path, write_json, write_text
+    from vsr.atomic import save_figure, write_json, write_text
 
     cases = 20 if quick else 200
     rows = run_all(TheoryCheckConfig(cases=cases, seed=0))
@@ -57,9 +57,6 @@ def make_theory_figure(out_dir: Path, quick: bool = False) -> int:
     ax.tick_params(axis="y", labelsize=7)
     fig.suptitle(f"vsr theory check: {len(rows)} claims of VSR / Replay / ExTra, {cases} random instances each")
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        with atomic_path(out_dir / f"theory_check.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=130)
-    plt.close(fig)
+    save_figure(fig, out_dir, "theory_check", dpi=130)
     print(f"    {len(rows) - n_fail}/{len(rows)} theory checks passed; worst identity error {max([r.worst_rel_error for r in ident] or [0]):.1e}")
     return 1 if n_fail else 0

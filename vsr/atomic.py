@@ -57,3 +57,20 @@ def _json_default(o: Any):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def save_figure(fig, out_dir: str | os.PathLike, stem: str, *, dpi: int = 120) -> list[Path]:
+    """Atomically save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` in ``out_dir``, then close it.
+
+    Returns the two paths, PNG first.
+    """
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for ext in ("png", "pdf"):
+        path = Path(out_dir) / f"{stem}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=dpi)
+        paths.append(path)
+    plt.close(fig)
+    return paths

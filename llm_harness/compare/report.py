@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from llm_harness.compare.suite import SUITES
-from vsr.atomic import atomic_path, write_json, write_text
+from vsr.atomic import save_figure, write_json, write_text
 
 __all__ = ["seed_interval", "summarise", "write_report"]
 
@@ -177,11 +177,7 @@ def _figures(out: Path, summary: dict, suite: Any) -> list[str]:
             ax.set_xlabel(("held-out avg@1 (%)" if key == "avg" else "held-out pass@k (%)") + " — mean and 95% CI over seeds")
             ax.set_title(f"{r} regime", fontsize=10)
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        with atomic_path(out / f"compare_final.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=120)
-    plt.close(fig)
-    names.append("compare_final.png")
+    names.append(save_figure(fig, out, "compare_final")[0].name)
 
     fig, axes = plt.subplots(1, len(regimes), figsize=(6.5 * len(regimes), 4.5), squeeze=False)
     for i, r in enumerate(regimes):
@@ -202,11 +198,7 @@ def _figures(out: Path, summary: dict, suite: Any) -> list[str]:
         ax.set_title(f"{r} regime", fontsize=10)
     axes[0, -1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        with atomic_path(out / f"compare_curves.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, dpi=120)
-    plt.close(fig)
-    names.append("compare_curves.png")
+    names.append(save_figure(fig, out, "compare_curves")[0].name)
     return names
 
 

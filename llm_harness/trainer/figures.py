@@ -35,6 +35,7 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     from llm_harness.trainer.config import RunConfig, TrainConfig, ValidationConfig
     from llm_harness.trainer.entry import build_trainer
     from llm_harness.trainer.testing import ToyTask, tiny_config
+    from vsr.atomic import save_figure
     from vsr.config_io import load_config
 
     out_dir = Path(out_dir)
@@ -94,9 +95,6 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     ax[2].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    png = out_dir / "training_curve.png"
-    fig.savefig(png, dpi=120)
-    fig.savefig(out_dir / "training_curve.pdf")
-    plt.close(fig)
+    png, _ = save_figure(fig, out_dir, "training_curve")
     shutil.rmtree(run_dir, ignore_errors=True)
     return png

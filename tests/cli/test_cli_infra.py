@@ -67,6 +67,21 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
         atomic.write_json(target, {"a": float("nan")})  # NaN is refused, not written
 
 
+def test_save_figure_writes_png_and_pdf_and_closes(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    paths = atomic.save_figure(fig, tmp_path / "sub", "curve", dpi=50)
+    assert [p.name for p in paths] == ["curve.png", "curve.pdf"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[1].read_bytes()[:5] == b"%PDF-"
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["curve.pdf", "curve.png"]  # no temp files left
+    assert not plt.fignum_exists(fig.number)
+
+
 def test_every_command_resolves_to_a_dataclass_entry_point():
     for name, spec in COMMANDS.items():
         fn = _resolve(spec)
