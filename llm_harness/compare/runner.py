@@ -82,7 +82,12 @@ class Job:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.mapping, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        """Hash of the *resolved* run config: a changed default (not only a changed file) reruns the job."""
+        from llm_harness.trainer.config import TrainConfig
+        from vsr.config_io import from_dict, to_dict
+
+        resolved = to_dict(from_dict(TrainConfig, self.mapping, where=f"{self.regime}/{self.method}"))
+        return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _sizes(cfg: CompareConfig) -> dict[str, int]:
