@@ -70,6 +70,9 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
     "study prefix-selection": CommandSpec("prefixvalue.cli:prefix_selection", "ExTra Fig. 4: pass@k from prefixes chosen by low/smoothed MTE, random, oracle."),
     "env list": CommandSpec("llm_harness.envs.cli:list_envs", "Registered text environments (Sokoban, BabyAI levels) with one-line descriptions."),
     "env play": CommandSpec("llm_harness.envs.cli:play", "Play an environment episode in the terminal: type actions, or step through the expert (--expert)."),
+    "pool select": CommandSpec(
+        "llm_harness.trainer.pool:select_command", "Select a fixed pool of hard training prompts (at most m successes in n samples)."
+    ),
     "compare": CommandSpec(
         "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures)."
     ),

@@ -25,7 +25,15 @@ from llm_harness.compare.suite import SUITES, Suite, run_mapping
 from vsr.atomic import write_json
 from vsr.checks import check_number
 
-__all__ = ["CompareConfig", "Job", "plan_jobs", "run"]
+__all__ = ["CompareConfig", "Job", "plan_jobs", "prepare_pool", "run"]
+
+
+#: sizes of a suite that sets none (``Suite.sizes`` overrides, a flag overrides both)
+DEFAULT_SIZES = {"seeds": 3, "steps": 40, "eval_problems": 128, "eval_k": 8, "eval_every": 0}
+#: smoke-test sizes (``--quick``)
+QUICK_SIZES = {"seeds": 1, "steps": 3, "eval_problems": 16, "eval_k": 2, "eval_every": 3}
+#: pool selection at smoke-test sizes
+QUICK_POOL = {"candidates": 24, "samples": 4, "max_successes": 3, "size": 8}
 
 
 @dataclass(frozen=True)
@@ -34,18 +42,19 @@ class CompareConfig:
 
     suite: str = "testbed"
     """Registered suite (``llm_harness.compare.suite.SUITES``)."""
-    out: Path = Path("runs/compare_testbed")
-    """Output folder (runs, report.md, figures)."""
-    seeds: int = 3
-    """Seeds per (regime, method): 0 .. seeds-1."""
-    steps: int = 40
-    """Training steps of every run (matched update counts)."""
-    eval_problems: int = 128
-    """Held-out problems evaluated (validation split)."""
-    eval_k: int = 8
-    """Samples per held-out problem (avg@1 is their mean, pass@k from them)."""
-    eval_every: int = 0
-    """Held-out evaluation every this many steps (0: at steps/2 and at the end)."""
+    out: Path | None = None
+    """Report folder (report.md, summary.json, figures); default ``figures/compare_<suite>``. Runs go
+    to ``OUT/runs`` when ``--out`` is given, else to ``runs/compare_<suite>/runs``."""
+    seeds: int | None = None
+    """Seeds per (regime, method): 0 .. seeds-1 (default: the suite's)."""
+    steps: int | None = None
+    """Training steps of every run (matched update counts; default: the suite's)."""
+    eval_problems: int | None = None
+    """Held-out problems evaluated (validation split; default: the suite's)."""
+    eval_k: int | None = None
+    """Samples per held-out problem (avg@1 is their mean, pass@k from them; default: the suite's)."""
+    eval_every: int | None = None
+    """Held-out evaluation every this many steps (0: at steps/2 and at the end; default: the suite's)."""
     workers: int = 2
     """Parallel training processes."""
     methods: tuple[str, ...] = ()
@@ -55,19 +64,55 @@ class CompareConfig:
     report_only: bool = False
     """Do not train; rebuild the report from the runs already in ``out``."""
     quick: bool = False
-    """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples."""
+    """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples (and a tiny prompt pool)."""
 
     def __post_init__(self) -> None:
         s = SUITES.lookup(self.suite, "suite")
         for name in ("seeds", "steps", "eval_problems", "eval_k", "workers"):
-            check_number(name, getattr(self, name), 1, integer=True)
-        check_number("eval_every", self.eval_every, 0, integer=True)
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), 1, integer=True)
+        if self.eval_every is not None:
+            check_number("eval_every", self.eval_every, 0, integer=True)
         bad = sorted(set(self.methods) - {m.name for m in s.methods})
         if bad:
             raise ValueError(f"methods: unknown in suite {self.suite!r}: {bad}; known: {[m.name for m in s.methods]}")
         bad = sorted(set(self.regimes) - {r.name for r in s.regimes})
         if bad:
             raise ValueError(f"regimes: unknown in suite {self.suite!r}: {bad}; known: {[r.name for r in s.regimes]}")
+
+    @property
+    def report_dir(self) -> Path:
+        """Where report.md, summary.json and the figures go."""
+        return Path(self.out) if self.out is not None else Path("figures") / f"compare_{self.suite}"
+
+    @property
+    def runs_root(self) -> Path:
+        """Where the runs (and the suite's prompt pool) go."""
+        return Path(self.out) / "runs" if self.out is not None else Path("runs") / f"compare_{self.suite}" / "runs"
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Resolved sizes: flag, else the suite's, else :data:`DEFAULT_SIZES` (``--quick``: :data:`QUICK_SIZES`)."""
+        if self.quick:
+            return dict(QUICK_SIZES)
+        z = {**DEFAULT_SIZES, **dict(SUITES[self.suite].sizes)}
+        for k in z:
+            if getattr(self, k) is not None:
+                z[k] = int(getattr(self, k))
+        z["eval_every"] = z["eval_every"] or max(1, z["steps"] // 2)
+        return z
+
+    @property
+    def pool_path(self) -> Path | None:
+        """The suite's prompt-pool file (None when the suite trains on the whole split): ``OUT/runs/pool.json``
+        with ``--out``, else ``runs/pools/<pool name>.json`` (shared by suites with the same pool;
+        ``<name>_quick`` at smoke-test sizes)."""
+        spec = SUITES[self.suite].pool
+        if spec is None:
+            return None
+        if self.out is not None:
+            return self.runs_root / ("pool_quick.json" if self.quick else "pool.json")
+        return Path("runs") / "pools" / f"{spec.name}{'_quick' if self.quick else ''}.json"
 
 
 @dataclass(frozen=True)
@@ -82,44 +127,86 @@ class Job:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of the *resolved* run config: a changed default (not only a changed file) reruns the job."""
+        """Hash of the *resolved* run config (a changed default, not only a changed file, reruns the job)
+        and of the prompt-pool file's bytes when the run trains on one."""
         from llm_harness.trainer.config import TrainConfig
+        from llm_harness.trainer.pool import pool_digest
         from vsr.config_io import from_dict, to_dict
 
         resolved = to_dict(from_dict(TrainConfig, self.mapping, where=f"{self.regime}/{self.method}"))
+        pool = resolved["task"].get("pool")
+        if pool and Path(pool).is_file():
+            resolved["task"]["pool_sha256"] = pool_digest(pool)
         return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _sizes(cfg: CompareConfig) -> dict[str, int]:
-    if cfg.quick:
-        return {"seeds": 1, "steps": 3, "eval_problems": 16, "eval_k": 2, "eval_every": 3}
-    every = cfg.eval_every or max(1, cfg.steps // 2)
-    return {"seeds": cfg.seeds, "steps": cfg.steps, "eval_problems": cfg.eval_problems, "eval_k": cfg.eval_k,
-            "eval_every": every}
 
 
 def plan_jobs(cfg: CompareConfig) -> list[Job]:
     """Every job of the comparison (base evaluations first), with resolved config mappings."""
     suite: Suite = SUITES[cfg.suite]
-    z = _sizes(cfg)
+    z = cfg.sizes
     methods = [m for m in suite.methods if not cfg.methods or m.name in cfg.methods]
     regimes = [r for r in suite.regimes if not cfg.regimes or r.name in cfg.regimes]
     base_method = next(m for m in suite.methods if m.name == suite.reference)
+    pool = str(cfg.pool_path) if cfg.pool_path is not None else ""
+    root = cfg.runs_root
+    kw = dict(steps=z["steps"], eval_problems=z["eval_problems"], eval_k=z["eval_k"], eval_every=z["eval_every"], pool=pool)
     jobs: list[Job] = []
     for r in regimes:
         for seed in range(z["seeds"]):
-            d = cfg.out / "runs" / r.name / "base" / f"seed{seed}"
-            mp_ = run_mapping(base_method, r, seed=seed, steps=z["steps"], run_dir=str(d), eval_problems=z["eval_problems"],
-                              eval_k=z["eval_k"], eval_every=z["eval_every"])
-            jobs.append(Job(r.name, "base", seed, str(d), mp_))
+            d = root / r.name / "base" / f"seed{seed}"
+            jobs.append(Job(r.name, "base", seed, str(d), run_mapping(base_method, r, seed=seed, run_dir=str(d), **kw)))
     for r in regimes:
         for m in methods:
             for seed in range(z["seeds"]):
-                d = cfg.out / "runs" / r.name / m.name / f"seed{seed}"
-                mp_ = run_mapping(m, r, seed=seed, steps=z["steps"], run_dir=str(d), eval_problems=z["eval_problems"],
-                                  eval_k=z["eval_k"], eval_every=z["eval_every"])
-                jobs.append(Job(r.name, m.name, seed, str(d), mp_))
+                d = root / r.name / m.name / f"seed{seed}"
+                jobs.append(Job(r.name, m.name, seed, str(d), run_mapping(m, r, seed=seed, run_dir=str(d), **kw)))
     return jobs
+
+
+def prepare_pool(cfg: CompareConfig) -> Path | None:
+    """Select the suite's prompt pool into :attr:`CompareConfig.pool_path` unless a file with the same
+    selection settings is there (resumable); returns its path (None for a suite without a pool)."""
+    suite = SUITES[cfg.suite]
+    path = cfg.pool_path
+    if suite.pool is None or path is None:
+        return None
+    from llm_harness.compare.suite import CONFIG_DIR
+    from llm_harness.trainer.config import TrainConfig
+    from llm_harness.trainer.entry import build_trainer
+    from llm_harness.trainer.pool import PoolSelection, select_pool, write_pool
+    from vsr.config_io import deep_merge, from_dict, read_mapping
+
+    sel = PoolSelection(**{**dict(suite.pool.selection), **(QUICK_POOL if cfg.quick else {})})
+    mapping = deep_merge(read_mapping(CONFIG_DIR / suite.pool.config), {"run": {"run_dir": str(path.parent / "_pool_run"),
+                                                                                 "progress": False}})
+    mapping.get("task", {}).pop("pool", None)
+    tcfg = from_dict(TrainConfig, mapping, where=f"suite {suite.name} pool")
+    from dataclasses import asdict
+
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("selection") == asdict(sel) and doc.get("model") == tcfg.model.path and doc.get("task_params") == dict(tcfg.task.params):
+                return path
+        except (OSError, ValueError):
+            pass
+        print(f"vsr compare: {path} was selected with other settings; selecting again", flush=True)
+    import torch
+
+    torch.set_num_threads(max(1, cfg.workers))
+    t0 = time.perf_counter()
+    tr = build_trainer(tcfg)
+    try:
+        doc = select_pool(tr, sel, progress=True)
+    finally:
+        tr.close()
+    doc["wall_s"] = time.perf_counter() - t0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_pool(path, doc)
+    st = doc["stats"]
+    print(f"pool: {st['kept']} of {st['candidates']} candidates ({st['qualifying']} with <= {sel.max_successes} "
+          f"successes in {sel.samples}), {doc['wall_s']:.0f} s -> {path}", flush=True)
+    return path
 
 
 def _done(job: Job) -> bool:
@@ -177,12 +264,14 @@ def run(cfg: CompareConfig) -> int:
 
     from llm_harness.compare.report import write_report
 
+    if not cfg.report_only:
+        prepare_pool(cfg)
     jobs = plan_jobs(cfg)
     missing = [j for j in jobs if not _done(j)]
     todo = [] if cfg.report_only else missing
     print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(missing)} already done, "
           + (f"report only ({len(missing)} not run)" if cfg.report_only else f"{len(todo)} to run on {cfg.workers} worker(s)")
-          + f" -> {cfg.out}", flush=True)
+          + f" -> {cfg.runs_root}", flush=True)
     failures = 0
     t0 = time.perf_counter()
     if todo:

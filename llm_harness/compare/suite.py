@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from vsr.config_io import deep_merge, read_mapping
 from vsr.registry import Registry
 
-__all__ = ["CONFIG_DIR", "WARMUP_KEYS", "Method", "Regime", "SUITES", "Suite", "register_suite", "run_mapping"]
+__all__ = ["CONFIG_DIR", "WARMUP_KEYS", "Method", "PoolSpec", "Regime", "SUITES", "Suite", "register_suite", "run_mapping"]
 
 #: plug-in parameters counted in steps that :func:`run_mapping` scales from the config's ``steps`` to
 #: the suite's (replay/ExTra warm-ups, VSR's freeze point without recency)
@@ -55,6 +55,18 @@ class Regime:
 
 
 @dataclass(frozen=True)
+class PoolSpec:
+    """A fixed training-prompt pool the suite selects before training (``llm_harness.trainer.pool``)."""
+
+    name: str
+    """File stem of the selected pool (``runs/pools/<name>.json``; suites with the same pool share it)."""
+    config: str
+    """Config under ``configs/`` whose model, task and rollout settings the selection uses."""
+    selection: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of :class:`llm_harness.trainer.pool.PoolSelection`."""
+
+
+@dataclass(frozen=True)
 class Suite:
     """Methods × regimes, compared at matched update counts."""
 
@@ -63,6 +75,21 @@ class Suite:
     regimes: tuple[Regime, ...]
     reference: str = "grpo"
     """Method the others are compared against (token ratios, overheads)."""
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    """The suite's own defaults of ``seeds``, ``steps``, ``eval_problems``, ``eval_k``, ``eval_every``
+    (a ``vsr compare`` flag overrides them)."""
+    pool: PoolSpec | None = None
+    """Select a hard-prompt pool first and train every run on it (``task.pool``)."""
+    contrasts: tuple[str, ...] = ()
+    """Methods whose contrasts with the reference form the Holm family (default: every other method)."""
+    min_effect: float = 0.02
+    """The difference (absolute, avg@1) the suite is sized to detect; the report gives its power."""
+    sections: tuple[str, ...] = ()
+    """Extra report sections (``llm_harness.compare.report.SECTIONS``)."""
+
+    def family(self) -> tuple[str, ...]:
+        """The Holm family: :attr:`contrasts`, or every method but the reference."""
+        return self.contrasts or tuple(m.name for m in self.methods if m.name != self.reference)
 
 
 #: name -> :class:`Suite`.
@@ -75,7 +102,7 @@ def register_suite(s: Suite) -> Suite:
 
 
 def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_dir: str, eval_problems: int, eval_k: int,
-                eval_every: int, config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
+                eval_every: int, config_dir: Path = CONFIG_DIR, pool: str = "") -> dict[str, Any]:
     """The config mapping of one run (module doc); raises ValueError for a missing config file.
 
     Plug-in warm-ups (:data:`WARMUP_KEYS`) are rescaled by ``steps / config steps`` (at least 1), so
@@ -102,6 +129,8 @@ def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_di
         "validation": {"every": int(eval_every), "n_problems": int(eval_problems), "k": int(eval_k)},
         "run": {"run_dir": run_dir, "progress": False, "checkpoint_every": 0, "keep_checkpoints": 1, "num_threads": 1},
     })
+    if pool:
+        data = deep_merge(data, {"task": {"pool": str(pool)}})
     return data
 
 
@@ -147,5 +176,53 @@ register_suite(
                 plugin_overrides={"vsr": {"cold_start": True, "cold_start_problems": 512, "window": 20}},
             ),
         ),
+    )
+)
+
+
+#: the VSR-regime arms (issue 13 item 1), in report order
+_REGIME_METHODS = (
+    Method("grpo", "regime_grpo.yaml", "GRPO (paper's recipe: zero-variance groups kept, 2 mini-batches)"),
+    Method("vsr", "regime_vsr.yaml", "VSR", "vsr"),
+    Method("vsr_uniform", "regime_vsr_uniform.yaml", "VSR w/o scoring", "vsr"),
+    Method("vsr_norecency", "regime_vsr_norecency.yaml", "VSR w/o recency", "vsr"),
+    Method("static_expert", "regime_static_expert.yaml", "static uniform expert-prefix resets", "vsr"),
+    Method("reinforce_ada", "regime_reinforce_ada_est.yaml", "Reinforce-Ada-Est (prompt-level reallocation)"),
+    Method("vsr_oracle", "regime_vsr_oracle.yaml", "VSR, oracle Monte-Carlo score", "vsr"),
+    Method("vsr_calibrated", "regime_vsr_calibrated.yaml", "VSR, calibrated σ̂", "vsr"),
+)
+
+#: the pool every vsr_regime run trains on: hard prompts of the `low` checkpoint on 6-term chains
+_REGIME_POOL = PoolSpec("low6_hard128", "regime_grpo.yaml", {"candidates": 512, "samples": 16, "max_successes": 1, "size": 128,
+                                             "temperature": 1.0, "seed": 0})
+
+register_suite(
+    Suite(
+        name="vsr_regime",
+        methods=_REGIME_METHODS,
+        regimes=(
+            Regime("sparse", "the `low` checkpoint on 6-term chains, trained on a fixed pool of 128 hard prompts (at most one "
+                   "success in 16 samples), VSR cold-started from the pool's expert solutions; held-out: 6-term validation "
+                   "problems at T 0.7, top-p 0.9, 16 samples"),
+        ),
+        sizes={"seeds": 6, "steps": 160, "eval_problems": 128, "eval_k": 16, "eval_every": 40},
+        pool=_REGIME_POOL,
+        contrasts=("vsr", "vsr_uniform", "vsr_norecency", "static_expert", "vsr_oracle", "vsr_calibrated"),
+        min_effect=0.02,
+        sections=("pool", "curriculum"),
+    )
+)
+
+register_suite(
+    Suite(
+        name="vsr_regime_lr",
+        methods=_REGIME_METHODS[:2],
+        regimes=tuple(
+            Regime(f"lr{lr:g}", f"the vsr_regime setting at lr {lr:g}", overrides={"optim": {"lr": lr}})
+            for lr in (5.0e-5, 1.0e-4, 2.0e-4, 4.0e-4)
+        ),
+        sizes={"seeds": 2, "steps": 160, "eval_problems": 128, "eval_k": 16, "eval_every": 40},
+        pool=_REGIME_POOL,
+        sections=("pool",),
     )
 )

@@ -19,7 +19,9 @@ Ablations by configuration (no separate code paths in the trainer):
 * ``score: uniform`` — w/o scoring (uniform over the buffer);
 * ``recency: false`` — w/o recency (filled during the first ``freeze_after`` steps, then frozen);
 * ``cold_start: true`` — seed the buffer with prefixes of the task's expert solutions (ordinary
-  entries: scored with ``p0 = cold_start_p0``, ``R = 1``, evicted by recency);
+  entries: scored with ``p0 = cold_start_p0``, ``R = 1``, evicted by recency; with
+  ``expert_until_replaced: true`` an expert entry stays until the policy's own success on its prompt
+  replaces it — the fixed-pool regime of ``vsr compare --suite vsr_regime``);
 * ``cold_start: true, insert_policy: false, recency: false, score: uniform`` — static uniform
   expert-prefix resets (VSR D.5);
 * ``score: calibrated`` — σ̂ with a self-calibrating interpolation: ``p̂ = p0 + (R − p0) f(α)``,
@@ -60,7 +62,7 @@ from llm_harness.trainer.rollout import collect, derive_seed
 from llm_harness.trainer.step import Claim, Result, Step
 from theory.prefix_scores import fit_interpolation, std_hat, variance_hat, variance_hat_calibrated
 
-__all__ = ["VSRConfig", "VSRPlugin", "prefix_positions", "weighted_sample_without_replacement"]
+__all__ = ["CURRICULUM_BINS", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "weighted_sample_without_replacement"]
 
 SCORES = ("p1mp", "sqrt", "uniform", "oracle", "calibrated")
 POSITIONS = ("token", "steps", "stride")
@@ -95,6 +97,10 @@ class VSRConfig:
     """Cold start from the first this-many training problems (0: all of the split)."""
     cold_start_p0: float = 0.0
     """p0(x) used to score expert prefixes before any rollout of x (hard prompts: ≈ 0)."""
+    expert_until_replaced: bool = False
+    """Cold-start entries are exempt from age eviction: each stays until the policy's own success on
+    its prompt replaces it (one by one, as prompts recur in a fixed pool), instead of all expiring
+    together at step ``window − 1``."""
     oracle_candidates: int = 16
     """Oracle: buffer states scored by Monte Carlo per step."""
     oracle_samples: int = 8
@@ -122,7 +128,7 @@ class VSRConfig:
             raise ValueError(f"score: must be one of {SCORES}, got {self.score!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions: must be one of {POSITIONS}, got {self.positions!r}")
-        for name in ("recency", "insert_policy", "cold_start"):
+        for name in ("recency", "insert_policy", "cold_start", "expert_until_replaced"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
         if not self.insert_policy and not self.cold_start:
@@ -136,6 +142,33 @@ def prefix_positions(n_tokens: int, cfg: VSRConfig, step_ends: Sequence[int] | N
     if cfg.positions == "stride":
         return np.arange(cfg.stride, n_tokens, cfg.stride, dtype=np.int64)
     return np.array(sorted({int(i) for i in (step_ends or ()) if 0 < int(i) < n_tokens}), dtype=np.int64)
+
+
+#: α-bins of the curriculum metrics (:func:`curriculum_metrics`)
+CURRICULUM_BINS = 5
+
+
+def curriculum_metrics(step: int, groups: Sequence[RolloutGroup], bins: int = CURRICULUM_BINS) -> dict[str, float]:
+    """Per α-bin counts of this step's replayed groups: ``vsr_alpha_b{k}_groups`` (drawn),
+    ``_mixed`` (both outcomes present) and ``_success`` (summed success rates) — the reverse
+    curriculum as scalars a run log keeps (issue 13 item 2: where the replayed states sit and where
+    their groups carry signal; ``_success / _groups`` is the success-vs-α curve of the current policy,
+    measured on states VSR chose, so weighted toward its score)."""
+    n = np.zeros(bins)
+    mixed = np.zeros(bins)
+    succ = np.zeros(bins)
+    for g in groups:
+        if g.start.origin is not Origin.REPLAYED_PREFIX or g.birth_step != step or "vsr_alpha" not in g.start.meta:
+            continue
+        ok = np.asarray(g.info["episode_success"] if g.multiturn else (g.rewards > 0), dtype=np.float64)
+        k = min(int(float(g.start.meta["vsr_alpha"]) * bins), bins - 1)
+        n[k] += 1
+        mixed[k] += float(0.0 < ok.mean() < 1.0)
+        succ[k] += float(ok.mean())
+    out = {}
+    for k in range(bins):
+        out[f"vsr_alpha_b{k}_groups"], out[f"vsr_alpha_b{k}_mixed"], out[f"vsr_alpha_b{k}_success"] = n[k], mixed[k], succ[k]
+    return out
 
 
 def weighted_sample_without_replacement(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -324,7 +357,9 @@ class VSRPlugin(StartStateSource, StepHook):
 
     def _evict(self, step: int) -> int:
         """Drop entries no longer usable at step ``step + 1`` (usable while ``step + 1 − birth <= W``)."""
-        old = [k for k, t in self.buffer.items() if step + 1 - t.birth > self.cfg.window]
+        keep_expert = self.cfg.expert_until_replaced
+        old = [k for k, t in self.buffer.items()
+               if step + 1 - t.birth > self.cfg.window and not (keep_expert and t.source == "expert")]
         for k in old:
             del self.buffer[k]
         return len(old)
@@ -409,6 +444,7 @@ class VSRPlugin(StartStateSource, StepHook):
             out["vsr_score_mean"] = float(sc.mean())
             out["vsr_score_p50"], out["vsr_score_p90"] = (float(v) for v in np.quantile(sc, [0.5, 0.9]))
             out["vsr_buffer_expert_frac"] = float(np.mean([tr.source == "expert" for tr in self.buffer.values()]))
+        out.update(curriculum_metrics(t, step.groups))
         if cfg.score == "calibrated":
             out.update(self._calibrate(t, step.groups))
         return Result(metrics=out)

@@ -84,8 +84,13 @@ class TaskConfig:
     """Keyword parameters of the task (e.g. ``{n_train: 2000}``)."""
     train_split: str = "train"
     """Split the fresh prompts are drawn from."""
+    pool: str = ""
+    """A prompt-pool file (``llm_harness.trainer.pool``): train on exactly those problems of the split
+    ("": the whole split)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pool, str):
+            raise ValueError(f"pool: must be a file path string, got {self.pool!r}")
         if not isinstance(self.params, Mapping):
             raise ValueError(f"params: must be a mapping, got {type(self.params).__name__}")
         object.__setattr__(self, "params", dict(self.params))

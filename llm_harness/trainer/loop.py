@@ -174,6 +174,11 @@ class Trainer:
         log = WarningLog()
         verifier = SafeVerifier(task, cfg.rollout.verify_timeout_s, warn=log.warn)
         problems = task.problems(task.check_split(cfg.task.train_split))
+        if cfg.task.pool:
+            from llm_harness.trainer.pool import load_pool, restrict_to_pool
+
+            ids = load_pool(cfg.task.pool, task=cfg.task.name, task_params=cfg.task.params, split=cfg.task.train_split)
+            problems = restrict_to_pool(problems, ids)
         check_task_encodable(self.codec, task, problems, tokenizer)  # refuse silent garbage before any work
 
         def encode(p: Any) -> tuple[int, ...]:

@@ -82,11 +82,25 @@ def test_report_verdicts_tokens_and_escaping(tmp_path):
     assert "| better |" in vsr_row and "| 600 | 0.60 |" in vsr_row
     rep_row = next(v for v in rows if "replay (rollout level" in v)
     assert "| worse |" in rep_row and rep_row.startswith("| \\|A\\| replay")
-    assert "| no detectable difference |" in next(v for v in rows if v.startswith("| DAPO"))
+    assert "| not detected |" in next(v for v in rows if v.startswith("| DAPO"))
     assert "VSR generates 0.60x GRPO's new tokens" in text
     assert (tmp_path / "compare_final.png").stat().st_size > 0 and (tmp_path / "compare_curves.png").exists()
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["summary"]["normal"]["base"]["0"]["avg"] == 0.3
+    assert s["regimes"]["normal"]["base"]["0"]["avg"] == 0.3
+    # the contract other tools read: steps, seeds, methods[] with the named fields
+    assert s["steps"] == 4 and s["seeds"] == [0, 1, 2]
+    by = {m["name"]: m for m in s["methods"]}
+    for m in s["methods"]:
+        for key in ("name", "final_avg", "ci_low", "ci_high", "delta_vs_grpo", "delta_ci_low", "delta_ci_high",
+                    "new_tokens_per_update"):
+            assert key in m
+    assert by["grpo"]["delta_vs_grpo"] == 0.0 and by["vsr"]["new_tokens_per_update"] == 600.0
+    assert by["vsr"]["delta_ci_low"] > 0 and by["replay"]["delta_ci_high"] < 0
+    assert by["vsr"]["p_holm"] >= by["vsr"]["p"] and by["vsr"]["verdict"] == "better"
+    # Holm over the 3 contrasts: the adjusted p of the smallest raw p is 3x it
+    ps = sorted((m["p"], m["p_holm"]) for m in s["methods"] if m["name"] != "grpo")
+    assert ps[0][1] == pytest.approx(3 * ps[0][0])
+    assert "Power: each contrast is a paired t-test" in text
 
 
 @pytest.mark.slow
@@ -99,3 +113,44 @@ def test_quick_comparison_end_to_end_and_resume(tmp_path, capsys):
     capsys.readouterr()
     assert run(cfg) == 0
     assert "3 already done, 0 to run" in capsys.readouterr().out
+
+
+def test_vsr_regime_plans_runs_on_its_pool_and_the_pool_bytes_enter_the_fingerprint(tmp_path):
+    cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=2, steps=5)
+    jobs = plan_jobs(cfg)
+    s = SUITES["vsr_regime"]
+    assert len(jobs) == 2 * (len(s.methods) + 1) and cfg.pool_path == tmp_path / "runs" / "pool.json"
+    for j in jobs:
+        tc = from_dict(TrainConfig, j.mapping)
+        check_registries(tc)
+        assert tc.task.pool == str(cfg.pool_path) and tc.validation.k == 16 and tc.validation.temperature == 0.7
+        assert tc.validation.top_p == 0.9 and not tc.algo.filter_zero_variance and tc.algo.mini_batches == 2
+        if "vsr" in tc.plugins:
+            assert tc.plugins["vsr"]["cold_start"] is True
+    j = next(j for j in jobs if j.method == "vsr")
+    before = j.fingerprint
+    cfg.pool_path.parent.mkdir(parents=True)
+    cfg.pool_path.write_text('{"ids": ["a"]}')
+    with_pool = j.fingerprint
+    cfg.pool_path.write_text('{"ids": ["b"]}')
+    assert len({before, with_pool, j.fingerprint}) == 3
+    assert CompareConfig(suite="vsr_regime").sizes["eval_k"] == 16 and CompareConfig(suite="vsr_regime", eval_k=4).sizes["eval_k"] == 4
+    assert CompareConfig(suite="vsr_regime").report_dir == Path("figures/compare_vsr_regime")
+
+
+@pytest.mark.slow
+def test_quick_vsr_regime_selects_its_pool_trains_and_reports_the_curriculum(tmp_path):
+    cfg = CompareConfig(suite="vsr_regime", out=tmp_path, quick=True, methods=("grpo", "vsr"), workers=1)
+    assert run(cfg) == 0
+    pool = json.loads((tmp_path / "runs" / "pool_quick.json").read_text())
+    assert pool["stats"]["candidates"] == 24 and pool["ids"]
+    text = (tmp_path / "report.md").read_text()
+    assert "## Prompt pool" in text and "## The reverse curriculum on a language model" in text
+    assert (tmp_path / "curriculum_sparse.png").is_file() and (tmp_path / "pool.json").is_file()
+    from vsr.config_io import read_mapping
+
+    for j in plan_jobs(cfg):
+        if j.method != "base":
+            assert read_mapping(Path(j.run_dir) / "config.yaml")["task"]["pool"] == str(cfg.pool_path)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert [m["name"] for m in s["methods"]] == ["grpo", "vsr"] and s["protocol"]["eval_temperature"] == 0.7

@@ -231,3 +231,46 @@ def test_calibrated_score_learns_the_interpolation_from_replayed_outcomes(tmp_pa
     rows = make_trainer(tmp_path / "run", steps=3, plugins={"vsr": {"cold_start": True, "cold_start_problems": 20,
                                                                       "score": "calibrated"}}).fit()
     assert sum(r["vsr_calib_groups"] for r in rows) > 0
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_expert_entries_until_replaced_one_by_one(tmp_path, keep):
+    """``expert_until_replaced``: cold-start entries outlive the window and leave one at a time, when
+    the policy succeeds on their prompt; without it they all expire at step W − 1."""
+    tr = make_trainer(tmp_path)
+    v = _vsr(tr, cold_start=True, cold_start_problems=4, window=2, expert_until_replaced=keep)
+    first = tr.fresh.problems[0]
+    for step in range(4):
+        groups = []
+        if step == 2:  # the policy solves the first pool prompt
+            groups = [fake_group(first, tr.fresh.encode(first), [(1, 2, 3, 4)] * 2, [1, 0], step=2)]
+        v.after_step(_record(step, groups), tr.ctx)
+    sources = {k: t.source for k, t in v.buffer.items()}
+    if keep:
+        assert len(sources) == 4 and sources[first.id] == "policy"
+        assert sum(s == "expert" for s in sources.values()) == 3
+    else:
+        assert sources == {first.id: "policy"}  # experts gone at step W − 1 = 1; the policy entry lives
+
+
+def test_curriculum_metrics_bin_the_replayed_groups_by_alpha(tmp_path):
+    from llm_harness.methods.vsr import CURRICULUM_BINS, curriculum_metrics
+    from llm_harness.trainer.data import StartState
+
+    tr = make_trainer(tmp_path)
+    p = tr.fresh.problems[0]
+    prompt = tr.fresh.encode(p)
+
+    def replayed(alpha, rewards, step=3):
+        g = fake_group(p, prompt, [(1, 2)] * len(rewards), rewards, step=step, origin=Origin.REPLAYED_PREFIX, prefix=(7,))
+        g.start = StartState(prompt, p, (7,), Origin.REPLAYED_PREFIX, meta={"vsr_alpha": alpha})
+        return g
+
+    groups = [replayed(0.05, [1, 0]), replayed(0.1, [0, 0]), replayed(0.95, [1, 1]), replayed(1.0, [1, 0]),
+              replayed(0.5, [1, 0], step=2),  # an older step's group: not counted
+              fake_group(p, prompt, [(1,)] * 2, [1, 0], step=3)]  # fresh: not counted
+    m = curriculum_metrics(3, groups)
+    last = CURRICULUM_BINS - 1
+    assert m["vsr_alpha_b0_groups"] == 2 and m["vsr_alpha_b0_mixed"] == 1 and m["vsr_alpha_b0_success"] == 0.5
+    assert m[f"vsr_alpha_b{last}_groups"] == 2 and m[f"vsr_alpha_b{last}_mixed"] == 1 and m[f"vsr_alpha_b{last}_success"] == 1.5
+    assert sum(m[f"vsr_alpha_b{k}_groups"] for k in range(CURRICULUM_BINS)) == 4

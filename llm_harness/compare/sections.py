@@ -1,0 +1,180 @@
+"""Report sections suites opt into (``Suite.sections``): the prompt pool and VSR's reverse curriculum (issue 13 items 1–2).
+
+* ``pool`` — how the suite's hard-prompt pool was selected (``llm_harness.trainer.pool``), with a
+  copy of the pool file beside the report;
+* ``curriculum`` — the LLM analogue of the gridworld's Figure 2 from the VSR arms' run logs
+  (``llm_harness.methods.vsr.curriculum_metrics``): the α distribution of the replayed prefix
+  groups and of the *mixed* ones over training windows, the success-vs-α curve of the policy on
+  those groups per window (a leftward shift is the curriculum), the fraction of mixed fresh groups
+  over training, and the share of expert (cold-start) entries left in the buffer. Whether the
+  frontier moves toward the prompt is answered by the per-seed change of the mean α of mixed
+  replayed groups between the first and the last window (paired over seeds, Student-t interval).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from llm_harness.compare.report import _rows, register_section, seed_interval
+from llm_harness.methods.vsr import CURRICULUM_BINS
+from vsr.atomic import save_figure
+
+__all__ = ["curriculum_data"]
+
+#: training windows of the curriculum section
+WINDOWS = 4
+
+
+@register_section("pool")
+def pool_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
+    path = cfg.pool_path
+    if path is None or not Path(path).is_file():
+        return ["## Prompt pool", "", "(no pool file found: run the suite to select it)", ""]
+    doc = json.loads(Path(path).read_text())
+    if Path(path).resolve() != (out / "pool.json").resolve():
+        shutil.copyfile(path, out / "pool.json")
+    sel, st = doc["selection"], doc["stats"]
+    hist = st["success_histogram"]
+    steps, b = cfg.sizes["steps"], next((j.mapping["rollout"]["prompts_per_step"] for j in jobs if j.method != "base"), 8)
+    return [
+        "## Prompt pool", "",
+        f"Selected as the VSR paper selects its hard subset (`pool.json` beside this report): {st['candidates']} problems of "
+        f"the training split (seeded permutation, seed {sel['seed']}) were each sampled {sel['samples']} times by the starting "
+        f"model `{doc['model']}` at T = {sel['temperature']}; {st['qualifying']} had at most {sel['max_successes']} success(es), "
+        f"and the first {st['kept']} of them form the pool. Mean success rate: {100 * st['candidate_success_rate']:.1f}% over "
+        f"the candidates, {100 * st['pool_success_rate']:.1f}% over the pool; {100 * st['pool_unsolved_frac']:.0f}% of the pool "
+        f"was never solved in {sel['samples']} samples. With {b} prompts per update over {steps} updates, a pool prompt is "
+        f"drawn about {steps * b / max(1, st['kept']):.1f} times per run (fewer when VSR claims slots).", "",
+        "Successes per candidate (of " + str(sel["samples"]) + "): " + ", ".join(f"{i}: {h}" for i, h in enumerate(hist) if h), "",
+    ]
+
+
+def _windows(steps: int, n: int = WINDOWS) -> list[tuple[int, int]]:
+    edges = np.linspace(0, steps, n + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def curriculum_data(run_dirs: Sequence[Path], steps: int) -> dict[str, Any]:
+    """Per seed and window: replayed / mixed / success counts per α-bin, mixed fresh fraction, expert share."""
+    wins = _windows(steps)
+    seeds = []
+    for d in run_dirs:
+        rows = _rows(Path(d))
+        if not rows or "vsr_alpha_b0_groups" not in rows[0]:
+            continue
+        per = []
+        for a, b in wins:
+            rs = [r for r in rows if a <= r["step"] < b]
+            g = np.array([[r.get(f"vsr_alpha_b{k}_groups", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
+            m = np.array([[r.get(f"vsr_alpha_b{k}_mixed", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
+            s = np.array([[r.get(f"vsr_alpha_b{k}_success", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
+            per.append({"groups": g, "mixed": m, "success": s})
+        series = {key: [r.get(key, float("nan")) for r in rows] for key in ("mixed_frac_fresh", "vsr_buffer_expert_frac",
+                                                                          "vsr_buffer_trajectories", "vsr_replayed_alpha_mean")}
+        seeds.append({"windows": per, "series": series})
+    return {"windows": wins, "seeds": seeds}
+
+
+def _mean_alpha(counts: np.ndarray) -> float:
+    centres = (np.arange(CURRICULUM_BINS) + 0.5) / CURRICULUM_BINS
+    return float((counts * centres).sum() / counts.sum()) if counts.sum() > 0 else float("nan")
+
+
+@register_section("curriculum")
+def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = cfg.sizes["steps"]
+    lines = ["## The reverse curriculum on a language model", ""]
+    vsr_methods = [m.name for m in suite.methods if m.family == "vsr"]
+    for regime in summary:
+        data = {}
+        for name in vsr_methods:
+            dirs = [Path(j.run_dir) for j in jobs if j.regime == regime and j.method == name]
+            d = curriculum_data(dirs, steps)
+            if d["seeds"]:
+                data[name] = d
+        if "vsr" not in data:
+            continue
+        d = data["vsr"]
+        wins = d["windows"]
+        centres = (np.arange(CURRICULUM_BINS) + 0.5) / CURRICULUM_BINS
+        fig, ax = plt.subplots(2, 3, figsize=(16, 8.5))
+        tot_g = [np.sum([s["windows"][w]["groups"] for s in d["seeds"]], axis=0) for w in range(len(wins))]
+        tot_m = [np.sum([s["windows"][w]["mixed"] for s in d["seeds"]], axis=0) for w in range(len(wins))]
+        tot_s = [np.sum([s["windows"][w]["success"] for s in d["seeds"]], axis=0) for w in range(len(wins))]
+        for w, (a, b) in enumerate(wins):
+            lab = f"updates {a}-{b - 1}"
+            g, m, sc = tot_g[w], tot_m[w], tot_s[w]
+            ax[0, 0].plot(centres, g / max(g.sum(), 1), marker="o", label=lab)
+            ax[0, 1].plot(centres, m / max(m.sum(), 1), marker="o", label=lab)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ax[0, 2].plot(centres, np.where(g > 0, sc / g, np.nan), marker="o", label=lab)
+        ax[0, 0].set_title("α of the replayed prefix groups (share per bin)", fontsize=10)
+        ax[0, 1].set_title("α of the mixed replayed groups (share per bin)", fontsize=10)
+        ax[0, 2].set_title("success rate vs α on replayed groups\n(leftward shift = curriculum)", fontsize=10)
+        for a_ in ax[0]:
+            a_.set_xlabel("α = prefix length / trajectory length")
+            a_.legend(fontsize=7)
+        for name, dd in data.items():
+            for key, axis in (("mixed_frac_fresh", ax[1, 0]), ("vsr_buffer_expert_frac", ax[1, 1]),
+                              ("vsr_replayed_alpha_mean", ax[1, 2])):
+                ys = np.array([s["series"][key] for s in dd["seeds"]], dtype=np.float64)
+                with np.errstate(invalid="ignore"):
+                    y = np.nanmean(ys, axis=0)
+                k = max(1, len(y) // 20)
+                y = np.convolve(np.nan_to_num(y, nan=np.nanmean(y) if np.isfinite(y).any() else 0.0), np.ones(k) / k, mode="valid")
+                axis.plot(np.arange(len(y)) + k // 2, y, label=name)
+        ref_dirs = [Path(j.run_dir) for j in jobs if j.regime == regime and j.method == suite.reference]
+        ys = [[r.get("mixed_frac_fresh", np.nan) for r in _rows(p)] for p in ref_dirs if _rows(p)]
+        if ys:
+            n = min(len(y) for y in ys)
+            y = np.nanmean(np.array([y[:n] for y in ys], dtype=np.float64), axis=0)
+            k = max(1, len(y) // 20)
+            y = np.convolve(np.nan_to_num(y), np.ones(k) / k, mode="valid")
+            ax[1, 0].plot(np.arange(len(y)) + k // 2, y, "k--", label=suite.reference)
+        ax[1, 0].set_title("mixed fresh groups (fraction, moving mean)", fontsize=10)
+        ax[1, 1].set_title("expert (cold-start) share of buffer trajectories", fontsize=10)
+        ax[1, 2].set_title("mean α of the replayed states per update", fontsize=10)
+        for a_ in ax[1]:
+            a_.set_xlabel("update")
+            a_.legend(fontsize=7)
+        fig.suptitle(f"VSR's reverse curriculum, regime {regime} (all seeds pooled)")
+        fig.tight_layout()
+        stem = f"curriculum_{regime}"
+        save_figure(fig, out, stem)
+        plt.close(fig)
+        first = [_mean_alpha(s["windows"][0]["mixed"]) for s in d["seeds"]]
+        last = [_mean_alpha(s["windows"][-1]["mixed"]) for s in d["seeds"]]
+        diff = seed_interval([b - a for a, b in zip(first, last) if np.isfinite(a) and np.isfinite(b)])
+        rep_first = [_mean_alpha(s["windows"][0]["groups"]) for s in d["seeds"]]
+        rep_last = [_mean_alpha(s["windows"][-1]["groups"]) for s in d["seeds"]]
+        rdiff = seed_interval([b - a for a, b in zip(rep_first, rep_last) if np.isfinite(a) and np.isfinite(b)])
+        frac_mixed = [float(np.sum(s["windows"][w]["mixed"]) / max(np.sum(s["windows"][w]["groups"]), 1))
+                      for s in d["seeds"] for w in range(len(wins))]
+        moved = ("toward the prompt (smaller α)" if np.isfinite(diff[2]) and diff[2] < 0 else
+                 "away from the prompt (larger α)" if np.isfinite(diff[1]) and diff[1] > 0 else
+                 "not detectably (interval contains 0)")
+        lines += [
+            f"Regime `{regime}`, arm `vsr` ({len(d['seeds'])} seeds):", "",
+            f"* Mean α of the *mixed* replayed groups, first window → last window, per-seed change "
+            f"{diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]: the frontier moves {moved}.",
+            f"* Mean α of all replayed groups: change {rdiff[0]:+.3f} [{rdiff[1]:+.3f}, {rdiff[2]:+.3f}].",
+            f"* Share of replayed groups that were mixed: {100 * np.mean(frac_mixed):.0f}% on average.",
+            "* Success vs α per window (pooled seeds): " + "; ".join(
+                f"updates {a}-{b - 1}: " + ", ".join(f"{c:.1f}→{(sc / g):.2f}" if g > 0 else f"{c:.1f}→–"
+                                                     for c, g, sc in zip(centres, tot_g[w], tot_s[w]))
+                for w, (a, b) in enumerate(wins)), "",
+            f"![{stem}.png]({stem}.png)", "",
+        ]
+    if len(lines) == 2:
+        return []
+    return lines

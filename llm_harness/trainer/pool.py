@@ -1,0 +1,187 @@
+"""A fixed training-prompt pool selected like the VSR paper's hard subset (issue 13 item 1; SPEC §3.2, §4).
+
+The paper trains on a small set of hard prompts: problems sampled many times under the starting
+policy, kept when at most one sample succeeds. :func:`select_pool` does the same on any task: from
+a seeded permutation of the training split it takes ``candidates`` problems, draws ``samples``
+completions of each with the starting model (:func:`llm_harness.trainer.evaluation.sample_and_verify`,
+one seeded call per chunk), keeps the problems with ``<= max_successes`` successes in candidate order
+and stops at ``size``. The pool file (:func:`write_pool`) is plain JSON: the task, its parameters,
+the split, the problem ids in order, the selection settings and the success histogram; a run names it
+with ``task.pool`` and trains on exactly those problems (:func:`restrict_to_pool`), so prompts recur
+``steps × B / size`` times over a run instead of never.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from vsr.atomic import write_json
+from vsr.checks import check_number
+from vsr.seeding import derive_seed
+
+__all__ = ["POOL_FORMAT", "PoolSelectConfig", "PoolSelection", "select_command", "load_pool", "pool_digest", "restrict_to_pool", "select_pool", "write_pool"]
+
+POOL_FORMAT = "vsr-prompt-pool/1"
+#: role key of the selection's streams in :func:`vsr.seeding.derive_seed`
+POOL_STREAM = 0x9001
+
+
+@dataclass(frozen=True)
+class PoolSelection:
+    """How a hard-prompt pool is selected (module doc)."""
+
+    candidates: int = 1024
+    """Problems of the training split examined (a seeded permutation's first ``candidates``)."""
+    samples: int = 16
+    """Completions per candidate under the starting policy."""
+    max_successes: int = 1
+    """Keep a candidate with at most this many successes (paper: at most one)."""
+    size: int = 128
+    """Pool size (the first ``size`` kept candidates; fewer if fewer qualify — the file says so)."""
+    temperature: float = 1.0
+    """Sampling temperature of the selection (the training temperature)."""
+    top_p: float = 1.0
+    """Nucleus mass of the selection."""
+    seed: int = 0
+    """Seed of the candidate permutation and of the sampling."""
+
+    def __post_init__(self) -> None:
+        for name in ("candidates", "samples", "size"):
+            check_number(name, getattr(self, name), 1, integer=True)
+        check_number("max_successes", self.max_successes, 0, integer=True)
+        check_number("temperature", self.temperature, 0, lo_open=True)
+        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        check_number("seed", self.seed, 0, integer=True)
+        if self.max_successes >= self.samples:
+            raise ValueError(f"max_successes: {self.max_successes} keeps every candidate of {self.samples} samples; "
+                             "it must be below samples")
+
+
+def select_pool(trainer: Any, sel: PoolSelection, *, progress: bool = False) -> dict[str, Any]:
+    """The pool document of ``sel`` for the task, split and starting model of ``trainer`` (a
+    :class:`~llm_harness.trainer.loop.Trainer`; its training split is the candidate set)."""
+    from llm_harness.trainer.evaluation import sample_and_verify
+
+    cfg = trainer.cfg
+    problems = list(trainer.fresh.problems)
+    order = np.random.default_rng(derive_seed(sel.seed, POOL_STREAM, 0)).permutation(len(problems))
+    cand = [problems[int(i)] for i in order[: min(sel.candidates, len(problems))]]
+    ev = sample_and_verify(trainer.backend, trainer.codec, trainer.task, trainer.ctx.verifier, cand, k=sel.samples,
+                           temperature=sel.temperature, top_p=sel.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
+                           seed=derive_seed(sel.seed, POOL_STREAM, 1), progress=progress, desc="pool selection")
+    succ = ev.correct.sum(axis=1)
+    kept = [i for i in range(len(cand)) if succ[i] <= sel.max_successes][: sel.size]
+    hist = np.bincount(succ, minlength=sel.samples + 1)
+    return {
+        "format": POOL_FORMAT,
+        "task": cfg.task.name,
+        "task_params": dict(cfg.task.params),
+        "split": cfg.task.train_split,
+        "model": cfg.model.path,
+        "selection": asdict(sel),
+        "ids": [cand[i].id for i in kept],
+        "successes": [int(succ[i]) for i in kept],
+        "stats": {
+            "candidates": len(cand),
+            "qualifying": int((succ <= sel.max_successes).sum()),
+            "kept": len(kept),
+            "success_histogram": [int(h) for h in hist],
+            "candidate_success_rate": float(ev.correct.mean()),
+            "pool_success_rate": float(np.mean([succ[i] for i in kept]) / sel.samples) if kept else float("nan"),
+            "pool_unsolved_frac": float(np.mean([succ[i] == 0 for i in kept])) if kept else float("nan"),
+        },
+    }
+
+
+def write_pool(path: str | Path, doc: Mapping[str, Any]) -> Path:
+    """Write a pool document atomically (refuses an empty pool: a run could not train on it)."""
+    if not doc.get("ids"):
+        raise ValueError(f"pool: no candidate qualified ({doc.get('stats')}); examine more candidates or allow more successes")
+    return write_json(path, dict(doc))
+
+
+def pool_digest(path: str | Path) -> str:
+    """sha256 of a pool file's bytes (part of a comparison job's fingerprint)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_pool(path: str | Path, *, task: str, task_params: Mapping[str, Any], split: str) -> list[str]:
+    """The problem ids of a pool file, checked against the run's task, parameters and split."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"task.pool: {p} does not exist (select one with `vsr pool select`)")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"task.pool: {p} is not a JSON pool file ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != POOL_FORMAT:
+        raise ValueError(f"task.pool: {p} is not a {POOL_FORMAT} file")
+    for key, want in (("task", task), ("split", split)):
+        if doc.get(key) != want:
+            raise ValueError(f"task.pool: {p} was selected for {key} {doc.get(key)!r}, the run uses {want!r}")
+    if dict(doc.get("task_params") or {}) != dict(task_params):
+        raise ValueError(f"task.pool: {p} was selected with task.params {doc.get('task_params')}, the run uses {dict(task_params)}")
+    ids = doc.get("ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"task.pool: {p} has no list of problem ids")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"task.pool: {p} lists a problem twice")
+    return ids
+
+
+def restrict_to_pool(problems: Sequence[Any], ids: Sequence[str], *, where: str = "task.pool") -> list[Any]:
+    """The problems named by ``ids``, in the pool's order (ValueError naming the first missing ids)."""
+    by_id = {p.id: p for p in problems}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"{where}: {len(missing)} pool problem(s) are not in the training split, e.g. {missing[:3]}")
+    return [by_id[i] for i in ids]
+
+
+@dataclass(frozen=True)
+class PoolSelectConfig:
+    """Options of ``vsr pool select``."""
+
+    train_config: str = "configs/regime_grpo.yaml"
+    """Training config whose model, task and rollout settings the selection uses."""
+    out: str = "runs/pools/pool.json"
+    """Pool file written (train on it with ``--task.pool OUT``)."""
+    candidates: int = 1024
+    """Problems examined."""
+    samples: int = 16
+    """Completions per candidate."""
+    max_successes: int = 1
+    """Keep candidates with at most this many successes."""
+    size: int = 128
+    """Pool size."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    seed: int = 0
+    """Seed of the candidate order and the sampling."""
+
+
+def select_command(cfg: PoolSelectConfig) -> int:
+    """``vsr pool select``: select a hard-prompt pool with a config's starting model and write it."""
+    from llm_harness.trainer.config import TrainConfig
+    from llm_harness.trainer.entry import build_trainer
+    from vsr.config_io import deep_merge, from_dict, read_mapping
+
+    sel = PoolSelection(cfg.candidates, cfg.samples, cfg.max_successes, cfg.size, cfg.temperature, 1.0, cfg.seed)
+    mapping = deep_merge(read_mapping(cfg.train_config), {"run": {"progress": False}})
+    mapping.get("task", {}).pop("pool", None)
+    tr = build_trainer(from_dict(TrainConfig, mapping, where=cfg.train_config))
+    try:
+        doc = select_pool(tr, sel, progress=True)
+    finally:
+        tr.close()
+    write_pool(cfg.out, doc)
+    st = doc["stats"]
+    print(f"pool: {st['kept']} of {st['candidates']} candidates ({st['qualifying']} with <= {sel.max_successes} successes "
+          f"in {sel.samples}; pool success rate {st['pool_success_rate']:.3f}) -> {cfg.out}")
+    return 0
