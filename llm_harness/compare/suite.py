@@ -213,6 +213,7 @@ register_suite(
     )
 )
 
+#: the learning-rate sweep that chose the vsr_regime recipe's lr: GRPO and VSR, one seed, four rates
 register_suite(
     Suite(
         name="vsr_regime_lr",
@@ -221,7 +222,7 @@ register_suite(
             Regime(f"lr{lr:g}", f"the vsr_regime setting at lr {lr:g}", overrides={"optim": {"lr": lr}})
             for lr in (5.0e-5, 1.0e-4, 2.0e-4, 4.0e-4)
         ),
-        sizes={"seeds": 2, "steps": 160, "eval_problems": 128, "eval_k": 16, "eval_every": 40},
+        sizes={"seeds": 1, "steps": 160, "eval_problems": 128, "eval_k": 16, "eval_every": 80},
         pool=_REGIME_POOL,
         sections=("pool",),
     )
