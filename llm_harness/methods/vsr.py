@@ -282,9 +282,10 @@ class VSRPlugin(StartStateSource, StepHook):
             return variance_hat_calibrated(alphas, p0, reward, self.curve())
         return (std_hat if self.cfg.score == "sqrt" else variance_hat)(alphas, p0, reward)
 
-    def _calibrate(self, step: int, groups: Sequence[RolloutGroup]) -> dict[str, float]:
+    def _calibrate(self, step: int, groups: Sequence[RolloutGroup], rescore: bool = True) -> dict[str, float]:
         """Fold the outcomes of this step's replayed states into the curve's evidence (no extra
-        generation: the groups were trained on anyway) and rescore the buffer."""
+        generation: the groups were trained on anyway) and rescore the buffer (``rescore``; the
+        oracle arm keeps the evidence only to compare the calibrated score with its Monte Carlo)."""
         c = self.cfg
         self.calib_weight *= c.calibration_decay
         self.calib_sum *= c.calibration_decay
@@ -302,9 +303,10 @@ class VSRPlugin(StartStateSource, StepHook):
             self.calib_weight[k] += w
             self.calib_sum[k] += w * float(np.clip((y - p0) / (r - p0), 0.0, 1.0))
             n_obs += 1
-        for t in self.buffer.values():
-            if np.isfinite(t.p0):
-                t.scores = self._score(t.alphas, t.p0, t.reward)
+        if rescore:
+            for t in self.buffer.values():
+                if np.isfinite(t.p0):
+                    t.scores = self._score(t.alphas, t.p0, t.reward)
         f = self.curve()
         centres = (np.arange(c.calibration_bins) + 0.5) / c.calibration_bins
         return {"vsr_calib_groups": float(n_obs), "vsr_calib_weight": float(self.calib_weight.sum()),
@@ -398,6 +400,25 @@ class VSRPlugin(StartStateSource, StepHook):
         var = p * (1.0 - p) * m / (m - 1.0)  # unbiased Bernoulli variance of the continuation reward
         return cand, var, int(st.new_tokens)
 
+    def _proxy_agreement(self, keys, traj_idx, pos_idx, cand: np.ndarray, var: np.ndarray) -> dict[str, float]:
+        """Spearman correlation of the oracle's Monte-Carlo variance with the zero-cost scores of the
+        same candidates: the linear σ̂ and the calibrated σ̂ (curve fitted from the replayed outcomes so
+        far) — issue 13 item 3, "against the oracle score in training". nan when either side is constant."""
+        from scipy.stats import spearmanr
+
+        lin, cal = [], []
+        f = self.curve()
+        for c in cand:
+            t = self.buffer[keys[traj_idx[c]]]
+            a = t.alphas[int(pos_idx[c]) : int(pos_idx[c]) + 1]
+            lin.append(float(variance_hat(a, t.p0, t.reward)[0]))
+            cal.append(float(variance_hat_calibrated(a, t.p0, t.reward, f)[0]))
+        out = {}
+        for name, x in (("linear", lin), ("calibrated", cal)):
+            ok = np.ptp(var) > 0 and np.ptp(x) > 0
+            out[f"vsr_oracle_spearman_{name}"] = float(spearmanr(x, var).statistic) if ok else float("nan")
+        return out
+
     def claim(self, step: Step, open_slots: int, ctx: TrainContext) -> Claim:
         """``round(rho × open_slots)`` prefix states drawn ∝ score (fewer if the buffer has fewer)."""
         k = int(round(self.cfg.rho * open_slots))
@@ -409,6 +430,7 @@ class VSRPlugin(StartStateSource, StepHook):
         oracle_tokens = 0
         if self.cfg.score == "oracle" and traj_idx.size:
             cand, var, oracle_tokens = self._oracle_scores(step.index, keys, traj_idx, pos_idx, rng, ctx)
+            metrics.update(self._proxy_agreement(keys, traj_idx, pos_idx, cand, var))
             chosen = cand[weighted_sample_without_replacement(var, k, rng)]
             used = np.zeros(traj_idx.size)
             used[cand] = var
@@ -445,8 +467,8 @@ class VSRPlugin(StartStateSource, StepHook):
             out["vsr_score_p50"], out["vsr_score_p90"] = (float(v) for v in np.quantile(sc, [0.5, 0.9]))
             out["vsr_buffer_expert_frac"] = float(np.mean([tr.source == "expert" for tr in self.buffer.values()]))
         out.update(curriculum_metrics(t, step.groups))
-        if cfg.score == "calibrated":
-            out.update(self._calibrate(t, step.groups))
+        if cfg.score in ("calibrated", "oracle"):
+            out.update(self._calibrate(t, step.groups, rescore=cfg.score == "calibrated"))
         return Result(metrics=out)
 
     # ---------------------------------------------------------------- checkpoints
@@ -462,7 +484,7 @@ class VSRPlugin(StartStateSource, StepHook):
             if t.states is not None:
                 e["states"] = t.states
             out["buffer"].append(e)
-        if self.cfg.score == "calibrated":
+        if self.cfg.score in ("calibrated", "oracle"):
             out.update(calib_weight=self.calib_weight.copy(), calib_sum=self.calib_sum.copy())
         return out
 

@@ -154,3 +154,34 @@ def test_quick_vsr_regime_selects_its_pool_trains_and_reports_the_curriculum(tmp
             assert read_mapping(Path(j.run_dir) / "config.yaml")["task"]["pool"] == str(cfg.pool_path)
     s = json.loads((tmp_path / "summary.json").read_text())
     assert [m["name"] for m in s["methods"]] == ["grpo", "vsr"] and s["protocol"]["eval_temperature"] == 0.7
+
+
+def test_calibration_and_curriculum_sections_from_run_logs(tmp_path):
+    from llm_harness.compare.sections import calibration_section, curriculum_section
+
+    cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=3, steps=8, methods=("grpo", "vsr", "vsr_oracle", "vsr_calibrated"))
+    jobs = plan_jobs(cfg)
+    for j in jobs:
+        d = Path(j.run_dir)
+        d.mkdir(parents=True)
+        rows = []
+        for s in range(8):
+            r = {"step": s, "mixed_frac_fresh": 0.2}
+            if j.method == "vsr":  # replayed groups move from alpha-bin 4 to bin 1 over training: a reverse curriculum
+                b = 4 if s < 4 else 1
+                for k in range(5):
+                    r.update({f"vsr_alpha_b{k}_groups": 2.0 * (k == b), f"vsr_alpha_b{k}_mixed": 1.0 * (k == b),
+                              f"vsr_alpha_b{k}_success": 1.0 * (k == b)})
+                r.update(vsr_buffer_expert_frac=1.0 - s / 8, vsr_replayed_alpha_mean=0.9 - 0.1 * s)
+            if j.method == "vsr_oracle":
+                r.update(vsr_oracle_spearman_linear=0.1 + 0.01 * j.seed, vsr_oracle_spearman_calibrated=0.3 + 0.01 * j.seed)
+            if j.method == "vsr_calibrated":
+                r.update(vsr_calib_gap=0.12)
+            rows.append(r)
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    summary = {"sparse": {"base": {}, "methods": {}}}
+    text = "\n".join(calibration_section(cfg, jobs, summary, SUITES["vsr_regime"], tmp_path))
+    assert "calibrated minus linear: +0.200" in text and "ranks states closer to the oracle" in text
+    assert "differs from the linear f(α) = α by 0.120" in text
+    text = "\n".join(curriculum_section(cfg, jobs, summary, SUITES["vsr_regime"], tmp_path))
+    assert "the frontier moves toward the prompt (smaller α)" in text and (tmp_path / "curriculum_sparse.png").is_file()

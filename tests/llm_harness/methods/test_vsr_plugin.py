@@ -200,6 +200,9 @@ def test_oracle_scores_count_their_monte_carlo_tokens(tmp_path):
     for r in rows:
         assert r["vsr_oracle_tokens"] > 0
         assert r["plugin_new_tokens"] == r["vsr_oracle_tokens"]
+        for name in ("linear", "calibrated"):  # the zero-cost scores against the oracle, logged every step
+            v = r[f"vsr_oracle_spearman_{name}"]
+            assert v is None or (isinstance(v, float) and (math.isnan(v) or -1.0 <= v <= 1.0))
 
 
 def test_calibrated_score_learns_the_interpolation_from_replayed_outcomes(tmp_path):
@@ -274,3 +277,19 @@ def test_curriculum_metrics_bin_the_replayed_groups_by_alpha(tmp_path):
     assert m["vsr_alpha_b0_groups"] == 2 and m["vsr_alpha_b0_mixed"] == 1 and m["vsr_alpha_b0_success"] == 0.5
     assert m[f"vsr_alpha_b{last}_groups"] == 2 and m[f"vsr_alpha_b{last}_mixed"] == 1 and m[f"vsr_alpha_b{last}_success"] == 1.5
     assert sum(m[f"vsr_alpha_b{k}_groups"] for k in range(CURRICULUM_BINS)) == 4
+
+
+def test_proxy_agreement_ranks_the_zero_cost_scores_against_the_oracle(tmp_path):
+    tr = make_trainer(tmp_path)
+    prob = tr.fresh.problems[0]
+    g = fake_group(prob, tr.fresh.encode(prob), [(1, 2, 3, 4, 5, 6, 7, 8, 9)] * 4, [1, 0, 0, 0], step=0)
+    v = _vsr(tr, score="oracle", window=5)
+    v.after_step(_record(0, [g]), tr.ctx)
+    keys, traj_idx, pos_idx, scores = v._flat()
+    cand = np.arange(traj_idx.size)
+    m = v._proxy_agreement(keys, traj_idx, pos_idx, cand, scores.copy())  # oracle == linear sigma-hat
+    assert m["vsr_oracle_spearman_linear"] == pytest.approx(1.0)
+    assert m["vsr_oracle_spearman_calibrated"] == pytest.approx(1.0)  # no evidence yet: the calibrated score is linear
+    m = v._proxy_agreement(keys, traj_idx, pos_idx, cand, -scores)
+    assert m["vsr_oracle_spearman_linear"] == pytest.approx(-1.0)
+    assert math.isnan(v._proxy_agreement(keys, traj_idx, pos_idx, cand, np.zeros(cand.size))["vsr_oracle_spearman_linear"])
