@@ -227,3 +227,27 @@ register_suite(
         sections=("pool",),
     )
 )
+
+#: the small vsr_regime run of `make figures` (the reverse-curriculum figure at a size that fits the main job)
+register_suite(
+    Suite(
+        name="vsr_regime_small",
+        methods=_REGIME_METHODS[:2],
+        regimes=(
+            Regime("sparse", "the vsr_regime setting on a 32-prompt pool (at most one success in 8 samples), one seed, "
+                   "40 updates: the reverse-curriculum figure of `make figures`"),
+        ),
+        sizes={"seeds": 1, "steps": 40, "eval_problems": 32, "eval_k": 8, "eval_every": 20},
+        pool=PoolSpec("low6_hard32", "regime_grpo.yaml", {"candidates": 128, "samples": 8, "max_successes": 1, "size": 32,
+                                                          "temperature": 1.0, "seed": 0}),
+        sections=("pool", "curriculum"),
+    )
+)
+
+
+def make_curriculum_figure(out_dir: Any, quick: bool = False) -> int:
+    """``make figures`` entry: suite ``vsr_regime_small`` (``--quick``: smoke sizes) into ``out_dir``, whose
+    ``curriculum_sparse.png`` is VSR's reverse curriculum on the test bed (issue 13 item 2)."""
+    from llm_harness.compare.runner import CompareConfig, run
+
+    return run(CompareConfig(suite="vsr_regime_small", out=Path(out_dir), quick=quick, workers=2))
