@@ -205,7 +205,9 @@ register_suite(
                    "success in 16 samples), VSR cold-started from the pool's expert solutions; held-out: 6-term validation "
                    "problems at T 0.7, top-p 0.9, 16 samples"),
         ),
-        sizes={"seeds": 6, "steps": 160, "eval_problems": 128, "eval_k": 16, "eval_every": 40},
+        # sized for <= 2 h on 2 quiet cores: ~2 s per update (64 trained samples, 2 mini-batches), ~30 s per
+        # evaluation (128 x 16 samples), the oracle arm ~2x and Reinforce-Ada-Est ~1.3x per update
+        sizes={"seeds": 6, "steps": 100, "eval_problems": 128, "eval_k": 16, "eval_every": 50},
         pool=_REGIME_POOL,
         contrasts=("vsr", "vsr_uniform", "vsr_norecency", "static_expert", "vsr_oracle", "vsr_calibrated"),
         min_effect=0.02,
