@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: Fields that do not change what a study computes (where it writes, how it reports, threads).
-NON_IDENTITY_FIELDS = frozenset({"out", "progress", "num_threads", "overwrite", "quick"})
+NON_IDENTITY_FIELDS = frozenset({"out", "progress", "num_threads", "overwrite", "quick", "reanalyze"})
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,10 @@ class StudyConfig:
     """Show tqdm progress bars."""
     num_threads: int = 0
     """``torch.set_num_threads`` for the run; 0 leaves torch's default."""
+    reanalyze: bool = False
+    """Sample nothing: re-run the analysis on the table already in ``out`` (``results.parquet``, written
+    by a run of the same config) and rewrite its summary and figure; the stored ``config.yaml`` and
+    filter counts are kept."""
 
     def __post_init__(self) -> None:
         from llm_harness.backends import BACKENDS

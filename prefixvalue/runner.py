@@ -13,7 +13,7 @@ from prefixvalue.config import StudyConfig, config_json, identity_dict, resolve
 from prefixvalue.registry import Study, get_study
 from prefixvalue.store import strict_json
 
-__all__ = ["NoEligibleProblemsError", "as_study_config", "resolved_config", "run_study"]
+__all__ = ["NoEligibleProblemsError", "as_study_config", "reanalyze_study", "resolved_config", "run_study"]
 
 
 class NoEligibleProblemsError(ValueError):
@@ -53,12 +53,12 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
     refuses a folder holding another config's results (``overwrite=True`` discards them).
     ``backend``/``tokenizer`` reuse an already loaded model (tests, figure jobs); otherwise the
     model is loaded from ``cfg.model``. ``stop_after_chunks`` ends the run after that many new
-    chunks without analysing (simulates an interruption; used by the resume tests).
+    chunks without analysing (simulates an interruption; used by the resume tests). With
+    ``cfg.reanalyze`` nothing is sampled: :func:`reanalyze_study` analyses the stored table again.
     """
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from vsr.atomic import write_json, write_text
     from vsr.config_io import save_config
 
     from prefixvalue.engine import build_context, select_problems
@@ -66,6 +66,8 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
 
     study = get_study(name)
     cfg = resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
+    if cfg.reanalyze:
+        return reanalyze_study(study, cfg)
     if cfg.num_threads:
         import torch
 
@@ -103,9 +105,18 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
         )
     table = pd.DataFrame(rows)
     write_table(table, out)
+    _analyze_and_write(study, cfg, table, counts, round(time.perf_counter() - t0, 2), out, reanalyzed=False)
+    return out
+
+
+def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, collect_seconds: float, out: Path, *,
+                       reanalyzed: bool) -> None:
+    """The analysis of ``table``: ``summary.json``/``.md`` and the figure in ``out``."""
+    from vsr.atomic import write_json, write_text
+
     summary = study.analyze(table, cfg)
     summary = {
-        "study": name,
+        "study": study.name,
         "title": study.title,
         "model": cfg.model,
         "backend": cfg.backend,
@@ -113,7 +124,8 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
         "split": cfg.split,
         "quick": cfg.quick,
         "counts": counts,
-        "collect_seconds": round(time.perf_counter() - t0, 2),
+        "collect_seconds": collect_seconds,
+        "reanalyzed": reanalyzed,
         **summary,
         "config": config_json(cfg),
     }
@@ -122,4 +134,36 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
     write_text(out / "summary.md", text)
     study.plot(table, summary, out)
     print(text, flush=True)
+
+
+def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
+    """Analyse the stored table of ``cfg.out`` again without sampling (``reanalyze``).
+
+    ``cfg`` must describe the run that wrote the folder (its ``study.json`` identity); the analysis
+    runs with the stored ``config.yaml``, and the filter counts and collection time come from the
+    stored ``summary.json`` (the table does not hold them)."""
+    import json
+
+    import pandas as pd
+
+    from vsr.config_io import load_config
+
+    from prefixvalue.config import config_diff
+
+    out = Path(cfg.out)
+    need = [out / n for n in ("study.json", "config.yaml", "results.parquet", "summary.json")]
+    missing = [str(p) for p in need if not p.is_file()]
+    if missing:
+        raise ValueError(f"reanalyze: {out} lacks {', '.join(missing)}; run the study there first (without --reanalyze)")
+    manifest = json.loads(need[0].read_text())
+    if manifest.get("study") != study.name:
+        raise ValueError(f"reanalyze: {out} holds results of study {manifest.get('study')!r}, not {study.name!r}")
+    diff = config_diff(manifest.get("identity", {}), identity_dict(cfg))
+    if diff:
+        raise ValueError(f"reanalyze: {out} holds results of a different {study.name} config (changed: {'; '.join(diff)}); "
+                         "pass the options it ran with")
+    stored = load_config(study.config_cls, need[1])
+    old = json.loads(need[3].read_text())
+    table = pd.read_parquet(need[2])
+    _analyze_and_write(study, stored, table, old.get("counts", {}), old.get("collect_seconds"), out, reanalyzed=True)
     return out

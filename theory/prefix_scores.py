@@ -19,8 +19,8 @@ import numpy as np
 
 from theory._validate import as_array, check_in_range
 
-__all__ = ["fit_interpolation", "interpolation", "isotonic_increasing", "p_hat", "smoothed_entropy", "smoothing_weights", "std_hat",
-           "variance_hat", "variance_hat_calibrated"]
+__all__ = ["MIN_CALIBRATION_GAP", "calibration_fraction", "fit_interpolation", "interpolation", "isotonic_increasing", "p_hat",
+           "smoothed_entropy", "smoothing_weights", "std_hat", "variance_hat", "variance_hat_calibrated"]
 
 
 def p_hat(alpha, p0, reward) -> np.ndarray:
@@ -87,6 +87,24 @@ def isotonic_increasing(y, w) -> np.ndarray:
             v1, w1, c1 = vals.pop(), wts.pop(), cnt.pop()
             vals.append((v1 * w1 + v2 * w2) / (w1 + w2)), wts.append(w1 + w2), cnt.append(c1 + c2)
     return np.repeat(vals, cnt)
+
+
+#: Smallest ``R − p0`` at which an outcome is evidence about ``f`` (below it p0 and R coincide).
+MIN_CALIBRATION_GAP = 1e-9
+
+
+def calibration_fraction(y, p0, reward) -> np.ndarray:
+    """Where a success rate ``y[i]`` observed from a prefix sits between ``p0`` (``f = 0``) and ``R``
+    (``f = 1``): ``clip((y − p0)/(R − p0), 0, 1)``, one observation of ``f(α)`` for
+    :func:`fit_interpolation`; NaN where ``R − p0 <= MIN_CALIBRATION_GAP`` (no evidence). Inputs
+    broadcast, all in [0, 1]. The VSR plug-in's online fit and the sigma-validation study both use it."""
+    q = check_in_range(as_array(y, "y", ndim=(0, 1)), "y", 0.0, 1.0)
+    p = check_in_range(as_array(p0, "p0", ndim=(0, 1)), "p0", 0.0, 1.0)
+    r = check_in_range(as_array(reward, "reward", ndim=(0, 1)), "reward", 0.0, 1.0)
+    gap = r - p
+    ok = gap > MIN_CALIBRATION_GAP
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.clip((q - p) / np.where(ok, gap, 1.0), 0.0, 1.0), np.nan)
 
 
 def fit_interpolation(alpha, fraction, weight, *, bins: int = 10, prior: float = 4.0) -> np.ndarray:

@@ -60,7 +60,8 @@ from llm_harness.trainer.data import Origin, RolloutGroup, StartState, problem_b
 from llm_harness.trainer.plugins import Plugin, StartStateSource, StepHook, TrainContext, register_plugin
 from llm_harness.trainer.rollout import collect, derive_seed
 from llm_harness.trainer.step import Claim, Result, Step
-from theory.prefix_scores import fit_interpolation, std_hat, variance_hat, variance_hat_calibrated
+from theory.prefix_scores import (MIN_CALIBRATION_GAP, calibration_fraction, fit_interpolation, std_hat, variance_hat,
+                                  variance_hat_calibrated)
 
 __all__ = ["CURRICULUM_BINS", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "weighted_sample_without_replacement"]
 
@@ -295,13 +296,13 @@ class VSRPlugin(StartStateSource, StepHook):
             if g.start.origin is not Origin.REPLAYED_PREFIX or g.birth_step != step or "vsr_p0" not in m:
                 continue
             p0, r = float(m["vsr_p0"]), float(m["vsr_reward"])
-            if not r - p0 > 1e-9:
+            if not r - p0 > MIN_CALIBRATION_GAP:
                 continue
             succ = g.info["episode_success"] if g.multiturn else (g.rewards > 0)
             y, w = float(np.mean(succ)), float(len(succ))
             k = min(int(float(m["vsr_alpha"]) * c.calibration_bins), c.calibration_bins - 1)
             self.calib_weight[k] += w
-            self.calib_sum[k] += w * float(np.clip((y - p0) / (r - p0), 0.0, 1.0))
+            self.calib_sum[k] += w * float(calibration_fraction(y, p0, r))
             n_obs += 1
         if rescore:
             for t in self.buffer.values():

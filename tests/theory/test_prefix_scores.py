@@ -136,3 +136,17 @@ def test_isotonic_pools_violators_and_refuses_bad_weights():
         isotonic_increasing([1.0], [0.0])
     with pytest.raises(ValueError, match="bins"):
         fit_interpolation([0.5], [0.5], [1.0], bins=0)
+
+
+def test_calibration_fraction_places_outcomes_between_p0_and_the_reward():
+    from theory.prefix_scores import calibration_fraction
+
+    # y = p0 -> 0, y = R -> 1, half way -> 0.5; below p0 / above R clip; R <= p0 carries no evidence
+    got = calibration_fraction(np.array([0.2, 1.0, 0.6, 0.0, 1.0, 0.3, 0.5]), np.array([0.2, 0.2, 0.2, 0.2, 0.2, 0.3, 0.5]),
+                               np.array([1.0, 1.0, 1.0, 1.0, 0.8, 0.3, 0.4]))
+    np.testing.assert_allclose(got[:5], [0.0, 1.0, 0.5, 0.0, 1.0])
+    assert np.isnan(got[5:]).all()
+    # the plug-in folds exactly this into its curve: fit_interpolation on it reproduces a known curve
+    a = np.array([0.25, 0.75])
+    fb = fit_interpolation(a, calibration_fraction(0.1 + 0.9 * a**2, 0.1, 1.0), [1e9, 1e9], bins=2, prior=1.0)
+    np.testing.assert_allclose(fb, a**2, rtol=1e-8)
