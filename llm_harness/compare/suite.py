@@ -211,7 +211,7 @@ register_suite(
         pool=_REGIME_POOL,
         contrasts=("vsr", "vsr_uniform", "vsr_norecency", "static_expert", "vsr_oracle", "vsr_calibrated"),
         min_effect=0.02,
-        sections=("pool", "curriculum", "calibration"),
+        sections=("pool", "assumptions", "curriculum", "calibration"),
     )
 )
 

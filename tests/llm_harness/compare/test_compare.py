@@ -185,3 +185,33 @@ def test_calibration_and_curriculum_sections_from_run_logs(tmp_path):
     assert "differs from the linear f(α) = α by 0.120" in text
     text = "\n".join(curriculum_section(cfg, jobs, summary, SUITES["vsr_regime"], tmp_path))
     assert "the frontier moves toward the prompt (smaller α)" in text and (tmp_path / "curriculum_sparse.png").is_file()
+
+
+def test_assumptions_section_names_the_first_broken_link(tmp_path):
+    from llm_harness.compare.sections import assumptions_section
+
+    cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=3, steps=8, methods=("grpo", "vsr", "vsr_uniform"))
+    jobs = plan_jobs(cfg)
+    summary = {"sparse": {"base": {}, "methods": {"grpo": {"seeds": {}}, "vsr": {"seeds": {}}, "vsr_uniform": {"seeds": {}}}}}
+    for j in jobs:
+        if j.method == "base":
+            continue
+        d = Path(j.run_dir)
+        d.mkdir(parents=True)
+        noise = 0.001 * j.seed
+        if j.method == "grpo":
+            rows = [{"step": s, "mixed_frac_fresh": 0.2, "accuracy_fresh": 0.05 + noise} for s in range(8)]
+            avg = 0.10 + noise
+        elif j.method == "vsr":  # mixed replayed groups and a gain on the pool, but no held-out transfer
+            rows = [{"step": s, "mixed_frac_replayed_prefix": 0.6, "accuracy_fresh": 0.15 + 2 * noise} for s in range(8)]
+            avg = 0.10 + (0.01 if j.seed % 2 else -0.01)
+        else:  # replayed groups no more mixed than fresh ones
+            rows = [{"step": s, "mixed_frac_replayed_prefix": 0.1, "accuracy_fresh": 0.05} for s in range(8)]
+            avg = 0.10
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        summary["sparse"]["methods"][j.method]["seeds"][j.seed] = {"avg": avg}
+    text = "\n".join(assumptions_section(cfg, jobs, summary, SUITES["vsr_regime"], tmp_path))
+    vsr_row = next(x for x in text.splitlines() if x.startswith("| VSR |"))
+    assert "0.60 vs 0.20" in vsr_row and "(3) the gain on the pool does not detectably transfer" in vsr_row
+    uni_row = next(x for x in text.splitlines() if x.startswith("| VSR w/o scoring |"))
+    assert "(1) replayed groups are not more often mixed (0.10 vs 0.20)" in uni_row
