@@ -68,7 +68,10 @@ class PrefixBuffer:
 
     def __init__(self, params: Mapping[str, Any], *, n: int, prompts_per_step: int, max_response_tokens: int,
                  seed: int = 0):
-        cfg = plugin_config(VSRConfig, dict(params or {}), "vsr")
+        try:
+            cfg = plugin_config(VSRConfig, dict(params or {}), "vsr")
+        except ValueError as exc:  # name the verl config key
+            raise ValueError(str(exc).replace("plugins.vsr", "algorithm.vsr.prefix", 1)) from None
         for k, bad in _REFUSED.items():
             if getattr(cfg, k) in bad:
                 raise ValueError(f"algorithm.vsr.prefix.{k}: {getattr(cfg, k)!r} is not available on verl "
