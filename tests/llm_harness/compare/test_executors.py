@@ -1,5 +1,5 @@
 """``vsr compare`` executors: the registry, the process pool's result/exception reporting, a clear
-error where Ray is missing (the Ray executor itself runs in tests/integrations/test_compare_ray.py)."""
+error where Ray is missing (the Ray executor itself runs in tests/llm_harness/compare/test_compare_ray.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from llm_harness.integrations.verl.prefix_buffer import PrefixBuffer  # noqa: E4
 from llm_harness.tasks import get_task  # noqa: E402
 from llm_harness.testbed.paths import shipped_checkpoint  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PARAMS = {"n_train": 16, "n_validation": 4, "n_test": 4, "n_hard": 2}
 
 
