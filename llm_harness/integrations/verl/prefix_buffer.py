@@ -158,7 +158,8 @@ class PrefixBuffer:
 
 
 def buffer_actor(params: Mapping[str, Any], **kwargs: Any) -> Any:
-    """The shared :class:`PrefixBuffer` Ray actor (created by the first caller, then looked up by name)."""
+    """The shared :class:`PrefixBuffer` Ray actor: created by the first caller in the Ray namespace
+    (with its ``params``), looked up by name by every later one; calls run one at a time."""
     import ray
 
     cls = ray.remote(num_cpus=0)(PrefixBuffer)

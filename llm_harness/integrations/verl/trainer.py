@@ -10,6 +10,9 @@ fetches ``prompts`` / ``responses`` (unpadded, as ``prompt_ids`` / ``response_id
 loop's ``extra_fields``, and passes them as ``non_tensor_batch``; every other estimator goes
 through verl's own method unchanged. The steps around the estimator (KL in reward, rollout
 correction, writing ``advantages``/``returns`` back) follow verl 0.9.1's method line by line.
+Departure: every output row is a sample of its uid's group; verl's GRPO path instead scores only
+the last output of an agent loop that returns several (``compute_advantage_for_multi_trajectories``)
+— the toolkit's agent loops return one output per session.
 """
 
 from __future__ import annotations
