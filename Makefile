@@ -51,7 +51,7 @@ $(VERL_STAMP): pyproject.toml | $(VERL_BIN)/python
 
 # the real verl on CPU: plug-in loading, estimator equality, VSR agent loop, buffer and compare on local Ray
 verl-test: $(VERL_STAMP)
-	$(VERL_BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider tests/llm_harness/integrations tests/llm_harness/compare/test_compare_ray.py $(PYTEST_ARGS)
+	$(VERL_BIN)/python -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider tests/llm_harness/integrations tests/llm_harness/compare/test_compare_ray.py $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV) $(VERL_VENV)

@@ -20,6 +20,7 @@ def _strip(o):
     return o
 
 
+@pytest.mark.xdist_group("ray")
 def test_ray_executor_reproduces_the_process_pool_summary_and_resumes(tmp_path, local_ray, capsys):
     kw = dict(quick=True, methods=("grpo",), regimes=("normal",), workers=2)
     assert run(CompareConfig(out=tmp_path / "process", executor="process", **kw)) == 0

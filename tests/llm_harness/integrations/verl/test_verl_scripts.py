@@ -24,10 +24,18 @@ ROOT = Path(__file__).resolve().parents[4]
 PARAMS = {"n_train": 16, "n_validation": 4, "n_test": 4, "n_hard": 2}
 
 
+def _script(name: str):
+    sys.path.insert(0, str(ROOT / "scripts/verl"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
 def make_data(out: Path, agent: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts/verl/make_data.py"), "--task", "step_arith", "--params",
-                    json.dumps(PARAMS), "--out", str(out), "--agent", agent, "--tokenizer", str(shipped_checkpoint("mid"))],
-                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    """``scripts/verl/make_data.py`` with its command line, in this process (its imports are loaded)."""
+    assert _script("make_data").main(["--task", "step_arith", "--params", json.dumps(PARAMS), "--out", str(out),
+                                      "--agent", agent, "--tokenizer", str(shipped_checkpoint("mid"))]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +61,7 @@ def test_make_data_writes_the_tasks_problems_with_reward_fields(data):
 
 
 def test_reward_function_grades_with_the_tasks_verifier():
-    sys.path.insert(0, str(ROOT / "scripts/verl"))
-    try:
-        import reward
-    finally:
-        sys.path.pop(0)
+    reward = _script("reward")
     info = {"params": json.dumps(PARAMS, sort_keys=True)}
     assert reward.compute_score("vsr/step_arith", "3+4=7\nA:7", "7", info) == 1.0
     assert reward.compute_score("vsr/step_arith", "3+4=8\nA:8", "7", info) == 0.0

@@ -50,10 +50,10 @@ def testbed():
     return HFBackend(model, tok), tok, probs, [list(codec.encode(task.render_prompt(p, tok))) for p in probs]
 
 
-def config(**vsr):
+def config(n: int = N, b: int = B, **vsr):
     return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"response_length": RESPONSE, "prompt_length": 64, "n": N}},
-        "data": {"train_batch_size": B, "seed": 0},
+        "actor_rollout_ref": {"rollout": {"response_length": RESPONSE, "prompt_length": 64, "n": n}},
+        "data": {"train_batch_size": b, "seed": 0},
         "reward": {"custom_reward_function": {"path": REWARD, "name": "compute_score"}},
         "algorithm": {"vsr": {"prefix": vsr}},
     })
@@ -69,10 +69,10 @@ def row(uid, step, prompt_ids, problem):
             "data_source": "testbed/step_arith", "reward_model": {"ground_truth": problem.answer}, "extra_info": {}}
 
 
-def run_step(loop, step, rows):
+def run_step(loop, step, rows, n=N):
     out = {}
     for uid, kw in rows:  # sequential: the stub's seeds follow the call order
-        out[uid] = [asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0}, session_id=i, **kw)) for i in range(N)]
+        out[uid] = [asyncio.run(loop.run({"temperature": 1.0, "top_p": 1.0}, session_id=i, **kw)) for i in range(n)]
     return out
 
 
@@ -137,17 +137,18 @@ def test_buffer_refuses_what_needs_the_toolkits_task_objects_and_stale_steps():
         b.report("u", 3, 0, {"response_ids": [1], "logprobs": [-0.1], "reward": 2.0})
 
 
+@pytest.mark.xdist_group("ray")
 def test_buffer_as_a_named_ray_actor_shared_by_two_loops(testbed, local_ray):
     ray = local_ray
     backend, tok, probs, prompts = testbed
     try:
-        cfg = config(rho=0.5)
+        cfg = config(n=2, b=2, rho=0.5)
         a, b = make_loop(cfg, backend, tok, None), make_loop(cfg, backend, tok, None)  # each looks the actor up by name
-        run_step(a, 1, [(f"a{k}", row(f"a{k}", 1, prompts[k], probs[k])) for k in range(B // 2)])
-        run_step(b, 1, [(f"a{k}", row(f"a{k}", 1, prompts[k], probs[k])) for k in range(B // 2, B)])
-        asyncio.run(a.run({"temperature": 1.0}, session_id=0, **row("b0", 2, prompts[B], probs[B])))
+        run_step(a, 1, [("a0", row("a0", 1, prompts[0], probs[0]))], n=2)
+        run_step(b, 1, [("a1", row("a1", 1, prompts[1], probs[1]))], n=2)
+        asyncio.run(a.run({"temperature": 1.0}, session_id=0, **row("b0", 2, prompts[2], probs[2])))
         s = ray.get(b.buffer.summary.remote())
-        assert s["step"] == 1 and len(s["history"]) == 1 and s["history"][0]["vsr_groups_reported"] == B
+        assert s["step"] == 1 and len(s["history"]) == 1 and s["history"][0]["vsr_groups_reported"] == 2
         assert s["trajectories"] == s["history"][0]["vsr_inserted"]
     finally:
         ray.kill(ray.get_actor("vsr_prefix_buffer"))
