@@ -8,7 +8,12 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install figures test test-fast clean-venv theory-check
+# verl 0.9.1 integration (llm_harness/integrations/verl): its own venv, since verl pins transformers < 5.11
+VERL_VENV  := .venv-verl
+VERL_BIN   := $(VERL_VENV)/bin
+VERL_STAMP := $(VERL_VENV)/.installed
+
+.PHONY: all install figures test test-fast clean-venv theory-check verl-test
 
 all: figures
 
@@ -35,5 +40,18 @@ test-fast: $(STAMP)
 theory-check: $(STAMP)
 	$(BIN)/vsr theory check --cases 200
 
+$(VERL_BIN)/python:
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/python -m pip install --quiet --upgrade pip
+
+$(VERL_STAMP): pyproject.toml | $(VERL_BIN)/python
+	$(VERL_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(VERL_BIN)/python -m pip install --quiet -e ".[verl,test]"
+	touch $(VERL_STAMP)
+
+# the real verl on CPU: plug-in loading, estimator equality, VSR agent loop, buffer and compare on local Ray
+verl-test: $(VERL_STAMP)
+	$(VERL_BIN)/python -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider tests/llm_harness/integrations tests/llm_harness/compare/test_compare_ray.py $(PYTEST_ARGS)
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VERL_VENV)

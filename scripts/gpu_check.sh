@@ -8,11 +8,13 @@
 #   3. run scripts/gpu_check_train.py: GRPO and all method plug-ins training on CUDA, with resume
 #      (gpu_train.json);
 #   4. run one prefix-value study (sigma-validation, quick) with the HF backend on CUDA;
-#   5. agents: vsr eval --env (the batched multi-turn engine) and GiGPO + VSR training with resume.
+#   5. agents: vsr eval --env (the batched multi-turn engine) and GiGPO + VSR training with resume;
+#   6. verl 0.9.1 (issue 17): a 2-step smoke of each method of scripts/verl/train.sh on the test-bed
+#      model, when verl and vLLM are importable (VERL_PYTHON, default $PY); skipped, and said so, otherwise.
 # Usage: scripts/gpu_check.sh [OUT_DIR]      (default: $OUT, else ${TMPDIR:-/tmp}/gpu_check)
 # Env:   PYTHON (interpreter; default python3), GPU_CHECK_ARGS (extra arguments for gpu_check.py).
 # Exit status: 0 all passed; 2 no CUDA; otherwise non-zero when a check or the test suite failed.
-# Budget: about 10 minutes at most (each step is cut by `timeout`).
+# Budget: about 10 minutes at most without verl (each step is cut by `timeout`); the verl smoke adds up to ~25.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -85,6 +87,27 @@ timeout 150 "$PY" -m vsr train --config "$OUT_DIR/agent_train.yaml" "${AGENT_ARG
   && timeout 150 "$PY" -m vsr train --config "$OUT_DIR/agent_train.yaml" "${AGENT_ARGS[@]}" --run.resume true
 rc=$?
 if [ "$rc" -ne 0 ]; then echo "gpu_check: agent training/resume FAILED (exit $rc)" >&2; status=1; fi
+
+# 6. verl smoke (issue 17): each method for 2 steps on the shipped test-bed model (step arithmetic;
+#    its tokenizer has no chat template, so make_data.py writes vsr_prompt_ids)
+VPY="${VERL_PYTHON:-$PY}"
+if "$VPY" -c 'import verl, vllm' 2>/dev/null; then
+    echo "== verl smoke: grpo vsr_grpo vsr extra vsr_extra, 2 steps each =="
+    TB="$("$VPY" -c 'from llm_harness.testbed.paths import shipped_checkpoint; print(shipped_checkpoint("mid"))')"
+    for agent in single_turn_agent vsr_prefix; do
+        timeout 120 "$VPY" scripts/verl/make_data.py --task step_arith --params '{"n_train": 256, "n_validation": 16}' \
+            --out "$OUT_DIR/verl_data/$agent" --agent "$agent" --tokenizer "$TB" || status=1
+    done
+    for m in grpo vsr_grpo vsr extra vsr_extra; do
+        case "$m" in vsr|vsr_extra) d=vsr_prefix ;; *) d=single_turn_agent ;; esac
+        PYTHON="$VPY" MODEL="$TB" DATA="$OUT_DIR/verl_data/$d" OUT="$OUT_DIR/verl_$m" STEPS=2 B=8 N=4 RESP=64 PROMPT_LEN=64 \
+            timeout 300 scripts/verl/train.sh "$m" actor_rollout_ref.rollout.gpu_memory_utilization=0.3 > "$OUT_DIR/verl_$m.log" 2>&1
+        rc=$?
+        if [ "$rc" -ne 0 ]; then echo "gpu_check: verl smoke $m FAILED (exit $rc; log $OUT_DIR/verl_$m.log)" >&2; status=1; fi
+    done
+else
+    echo "== verl smoke SKIPPED: verl and vLLM are not importable by $VPY (set VERL_PYTHON; vLLM's wheel is too large to carry) =="
+fi
 
 if [ "$status" -eq 0 ]; then echo "gpu_check: all passed"; else echo "gpu_check: FAILED" >&2; fi
 exit "$status"

@@ -18,15 +18,28 @@ Written against vLLM's documented offline API (version assumptions, checked at c
   ``ignore_eos``) and vLLM's own EOS check is off, so both backends stop on the same tokens. vLLM
   keeps the stop token as the last output token; this is checked on every sample.
 * Each state gets its own seed derived from ``(sampling.seed, state index)``: samples of one
-  state do not depend on the other states in the call.
-* ``load_weights(state_dict)``: vLLM >= 0.8 (V1 engine) exposes ``LLM.apply_model(fn)``, which
-  runs ``fn(model)`` in every worker; ``fn`` calls the vLLM model's ``load_weights`` (an iterable
-  of ``(name, tensor)`` with Hugging Face parameter names). When the engine runs in a separate
-  process this ships a function, which vLLM only allows with
-  ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (set by ``from_config`` when
-  ``allow_weight_updates``). Older engines (V0) are reached through
-  ``llm.llm_engine.model_executor.driver_worker.model_runner.model``. The prefix cache is reset
-  after every load: cached KV blocks were computed with the old weights.
+  state do not depend on the other states in the call. With ``n > 1`` vLLM seeds the ``j``-th
+  sample of a request with ``seed + j`` (its parallel-sampling child requests), so the samples of
+  one state use the consecutive seeds ``s_i, s_i + 1, …, s_i + n − 1``; two states share a
+  sample stream only if their 32-bit derived seeds lie less than ``n`` apart (probability
+  ``≈ 2n/2³²`` per pair).
+* ``load_weights(state_dict)``: vLLM's native weight-transfer API (``vllm/entrypoints/rl/offline.py``:
+  ``init_weight_transfer_engine`` once, then ``start_weight_update`` / ``update_weights`` /
+  ``finish_weight_update``) with the ``ipc`` backend (``weight_transfer_config={"backend": "ipc"}``):
+  every parameter is exported as a CUDA IPC handle (``torch.multiprocessing.reductions.reduce_tensor``)
+  and rebuilt in the worker, which calls the model's ``load_weights`` with Hugging Face names. No
+  state dict and no function is pickled. CUDA IPC handles hold Python classes and dtypes, which
+  vLLM's msgpack transport to a separate engine process refuses without
+  ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (vLLM's own ``examples/rl/rlhf_ipc.py`` sets it for
+  them); this backend instead runs the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+  one GPU, ``tensor_parallel_size`` 1), so ``collective_rpc`` is a direct call and nothing is
+  serialized. ``reset_prefix_cache()`` runs after every load (cached KV blocks hold the old
+  weights) and a refusal raises.
+
+Untested paths (no GPU in the sessions that wrote this; ``scripts/gpu_check.sh`` runs them): the
+whole generation path on vLLM 0.33; the IPC weight load (in particular rebuilding an IPC handle in
+the process that exported it, which the in-process engine does, and vLLM's layer-wise reload of a
+state dict with tied embeddings); ``reset_prefix_cache`` returning ``False``.
 
 Scoring: vLLM cannot return full-vocabulary entropies (only top-k log-probs, and its prompt
 log-probs are computed from the raw logits), so ``score``/``score_batch`` delegate to a
@@ -36,7 +49,6 @@ loaded from the same path on first use (and kept in sync by ``load_weights``).
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -77,7 +89,8 @@ class VLLMBackendConfig:
     seed: int = 0
     """Engine seed (per-request seeds come from ``SamplingParams.seed``)."""
     allow_weight_updates: bool = True
-    """Set ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` so ``load_weights`` can reach worker processes."""
+    """Configure vLLM's IPC weight-transfer engine so ``load_weights`` works (engine core in this
+    process; needs ``tensor_parallel_size`` 1). False: a generation-only engine in its own process."""
     scorer_device: str = "auto"
     """Device of the transformers model used for ``score`` when none is passed."""
     scorer_dtype: str = "float32"
@@ -103,11 +116,6 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 def _derived_seed(seed: int, index: int) -> int:
     """Independent per-state seed from (call seed, state index)."""
     return int(np.random.SeedSequence(entropy=seed, spawn_key=(index,)).generate_state(1, dtype=np.uint32)[0])
-
-
-def _load_weights_into(items: list, model: Any) -> None:
-    """Runs inside a vLLM worker (``LLM.apply_model``)."""
-    model.load_weights(weights=items)
 
 
 class VLLMBackend:
@@ -136,6 +144,9 @@ class VLLMBackend:
         self._scorer = scorer
         self._scorer_config = scorer_config
         self._owns_scorer = scorer is None
+        self.allow_weight_updates = True
+        """False when the engine was started without the IPC weight-transfer engine (``load_weights`` refuses)."""
+        self._transfer_ready = False
 
     @classmethod
     def from_config(cls, config: VLLMBackendConfig, *, scorer: HFBackend | None = None) -> "VLLMBackend":
@@ -143,7 +154,13 @@ class VLLMBackend:
         if not config.model:
             raise ValueError("model: VLLMBackendConfig.model is empty (give a Hugging Face name or a local path)")
         if config.allow_weight_updates:
-            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+            if config.tensor_parallel_size != 1:
+                raise ValueError("tensor_parallel_size: weight updates use CUDA IPC on one GPU; set allow_weight_updates: "
+                                 "false for a tensor-parallel, generation-only engine")
+            if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
+                raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING: weight updates need the engine core in this process "
+                                 "(unset it or set 0); see the module doc")
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import transformers
         import vllm
 
@@ -162,6 +179,11 @@ class VLLMBackend:
             kwargs["max_model_len"] = config.max_model_len
         if processed:
             kwargs["logprobs_mode"] = "processed_logprobs"
+        if config.allow_weight_updates:
+            if not hasattr(vllm.LLM, "init_weight_transfer_engine"):
+                raise ValueError(f"allow_weight_updates: vLLM {vllm.__version__} has no native weight-transfer API "
+                                 "(LLM.init_weight_transfer_engine); install the gpu extra (vllm==0.33.*)")
+            kwargs["weight_transfer_config"] = {"backend": "ipc"}
         llm = vllm.LLM(**kwargs)
         hf_cfg = transformers.AutoConfig.from_pretrained(config.model)
         eos: tuple[int, ...] = ()
@@ -174,7 +196,7 @@ class VLLMBackend:
         vocab = int(getattr(hf_cfg, "vocab_size"))
         max_ctx = config.max_model_len or int(getattr(hf_cfg, "max_position_embeddings"))
         scorer_config = HFBackendConfig(model=config.model, device=config.scorer_device, dtype=config.scorer_dtype)
-        return cls(
+        backend = cls(
             llm,
             vocab_size=vocab,
             max_context=max_ctx,
@@ -183,6 +205,8 @@ class VLLMBackend:
             scorer=scorer,
             scorer_config=scorer_config,
         )
+        backend.allow_weight_updates = bool(config.allow_weight_updates)
+        return backend
 
     # ------------------------------------------------------------------ properties
 
@@ -291,17 +315,39 @@ class VLLMBackend:
     # ------------------------------------------------------------------ weights
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Copy trainer weights (HF parameter names) into the vLLM model; reset the prefix cache."""
+        """Copy trainer weights (HF parameter names) into the vLLM model through vLLM's weight-transfer
+        API (IPC handles, module doc); reset the prefix cache; keep the owned scorer in sync."""
         if not state_dict:
             raise ValueError("state_dict: must not be empty")
-        if hasattr(self.llm, "apply_model"):
-            # crosses a process boundary in the V1 engine: send CPU tensors
-            items = [(k, v.detach().to("cpu")) for k, v in state_dict.items()]
-            self.llm.apply_model(functools.partial(_load_weights_into, items))
-        else:
-            items = [(k, v.detach()) for k, v in state_dict.items()]
-            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(items)
-        self.llm.reset_prefix_cache()
+        if not self.allow_weight_updates:
+            raise ValueError("load_weights: this engine was started with allow_weight_updates=False")
+        import torch
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("load_weights: CUDA IPC weight transfer needs a CUDA device")
+        device = torch.device("cuda", torch.cuda.current_device())
+        if not self._transfer_ready:
+            self.llm.init_weight_transfer_engine({"init_info": {"packed": False}})
+            self._transfer_ready = True
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        names, dtypes, shapes, handles, keep = [], [], [], [], []
+        for name, v in state_dict.items():
+            t = v.detach().to(device).contiguous()  # kept alive until the worker has loaded it
+            keep.append(t)
+            names.append(name)
+            dtypes.append(str(t.dtype).split(".")[-1])
+            shapes.append(list(t.shape))
+            handles.append({uuid: reduce_tensor(t)[1]})
+        self.llm.start_weight_update()
+        self.llm.update_weights({"update_info": {"names": names, "dtype_names": dtypes, "shapes": shapes,
+                                                 "ipc_handles": handles}})
+        self.llm.finish_weight_update()
+        torch.cuda.synchronize(device)
+        del keep
+        if self.llm.reset_prefix_cache() is False:
+            raise RuntimeError("load_weights: vLLM refused to reset its prefix cache (requests still running?); cached "
+                               "KV blocks computed with the old weights would be reused")
         if self._owns_scorer and self._scorer is not None:
             self._scorer.model.load_state_dict(dict(state_dict), strict=True)
 

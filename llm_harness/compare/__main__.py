@@ -1,4 +1,4 @@
-"""``python -m llm_harness.compare [--suite testbed] [--out DIR] [--seeds N] [--steps N] [--workers N] [--quick]``
+"""``python -m llm_harness.compare [--suite testbed] [--out DIR] [--seeds N] [--steps N] [--workers N] [--executor process|ray] [--quick]``
 (the same as ``vsr compare`` without needing the CLI's dependencies)."""
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-k", type=int, default=d.eval_k)
     ap.add_argument("--eval-every", type=int, default=d.eval_every)
     ap.add_argument("--workers", type=int, default=d.workers)
+    ap.add_argument("--executor", default=d.executor)
     ap.add_argument("--methods", nargs="*", default=[])
     ap.add_argument("--regimes", nargs="*", default=[])
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     cfg = CompareConfig(a.suite, a.out, a.seeds, a.steps, a.eval_problems, a.eval_k, a.eval_every, a.workers,
-                        tuple(a.methods), tuple(a.regimes), a.report_only, a.quick)
+                        a.executor, tuple(a.methods), tuple(a.regimes), a.report_only, a.quick)
     return run(cfg)
 
 

@@ -3,17 +3,16 @@
 Runs go to ``OUT/runs/<regime>/<method>/seed<k>/`` (a normal run directory: config, metrics,
 final checkpoint) and end with ``done.json``; a rerun with the same settings skips finished runs
 and restarts unfinished ones (resumable). ``OUT/runs/<regime>/base/seed<k>/done.json`` holds the
-evaluation of the untrained starting checkpoint with the same evaluation seed. Jobs run in
-``workers`` processes (spawned; torch at one thread each). The report (:mod:`.report`) is
+evaluation of the untrained starting checkpoint with the same evaluation seed. Jobs run on the
+``executor`` (:mod:`.executors`): ``workers`` spawned processes (torch at one thread each), or
+Ray tasks (a local instance, or the cluster at ``RAY_ADDRESS``). The report (:mod:`.report`) is
 written to ``OUT/report.md`` with figures beside it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import json
-import multiprocessing as mp
 import shutil
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llm_harness.compare.executors import EXECUTORS
 from llm_harness.compare.suite import SUITES, Suite, run_mapping
 from vsr.atomic import write_json
 from vsr.checks import check_number
@@ -56,7 +56,10 @@ class CompareConfig:
     eval_every: int | None = None
     """Held-out evaluation every this many steps (0: at steps/2 and at the end; default: the suite's)."""
     workers: int = 2
-    """Parallel training processes."""
+    """Parallel training processes (``ray``: CPUs of the local Ray instance; a cluster's own otherwise)."""
+    executor: str = "process"
+    """Where jobs run (``llm_harness.compare.executors.EXECUTORS``): ``process`` (a local process pool) or
+    ``ray`` (one Ray task per job; ``RAY_ADDRESS`` picks a cluster)."""
     methods: tuple[str, ...] = ()
     """Only these methods (default: all of the suite)."""
     regimes: tuple[str, ...] = ()
@@ -73,6 +76,7 @@ class CompareConfig:
                 check_number(name, getattr(self, name), 1, integer=True)
         if self.eval_every is not None:
             check_number("eval_every", self.eval_every, 0, integer=True)
+        EXECUTORS.check(self.executor, "executor")
         bad = sorted(set(self.methods) - {m.name for m in s.methods})
         if bad:
             raise ValueError(f"methods: unknown in suite {self.suite!r}: {bad}; known: {[m.name for m in s.methods]}")
@@ -270,26 +274,21 @@ def run(cfg: CompareConfig) -> int:
     missing = [j for j in jobs if not _done(j)]
     todo = [] if cfg.report_only else missing
     print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(missing)} already done, "
-          + (f"report only ({len(missing)} not run)" if cfg.report_only else f"{len(todo)} to run on {cfg.workers} worker(s)")
+          + (f"report only ({len(missing)} not run)" if cfg.report_only else f"{len(todo)} to run on {cfg.workers} worker(s), executor {cfg.executor}")
           + f" -> {cfg.runs_root}", flush=True)
     failures = 0
     t0 = time.perf_counter()
     if todo:
-        ctx = mp.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=cfg.workers, mp_context=ctx) as pool:
-            futs = {pool.submit(_execute, j): j for j in todo}
-            bar = tqdm(cf.as_completed(futs), total=len(futs), desc="runs", file=sys.stdout)
-            for f in bar:
-                j = futs[f]
-                try:
-                    res = f.result()
-                    if res.get("rc", 1) != 0:
-                        failures += 1
-                        print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
-                except Exception as exc:  # noqa: BLE001 - report and keep the other runs going
-                    failures += 1
-                    print(f"  FAILED: {j.regime}/{j.method}/seed{j.seed}: {type(exc).__name__}: {exc}", flush=True)
-                bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
+        runs = EXECUTORS[cfg.executor](todo, cfg.workers, _execute)
+        bar = tqdm(runs, total=len(todo), desc="runs", file=sys.stdout)
+        for j, res in bar:
+            if isinstance(res, BaseException):
+                failures += 1
+                print(f"  FAILED: {j.regime}/{j.method}/seed{j.seed}: {type(res).__name__}: {res}", flush=True)
+            elif res.get("rc", 1) != 0:
+                failures += 1
+                print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
+            bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
     wall = time.perf_counter() - t0
     path = write_report(cfg, jobs, train_wall_s=wall if todo else None)
     print(f"report: {path}", flush=True)

@@ -77,3 +77,20 @@ def test_load_weights_updates_generation_and_scorer(tmp_path):
         HFBackend(other, config=HFBackendConfig(pad_token_id=0)).score([3, 4, 5], list(after)).logprobs,
         atol=1e-4,
     )
+
+
+def test_weight_updates_refuse_tensor_parallel_and_a_separate_engine_process(tmp_path, monkeypatch):
+    """Checked before vLLM is imported: IPC weight transfer needs one GPU and the in-process engine core."""
+    with pytest.raises(ValueError, match="^tensor_parallel_size"):
+        VLLMBackend.from_config(VLLMBackendConfig(model=str(tmp_path), tensor_parallel_size=2))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    with pytest.raises(ValueError, match="^VLLM_ENABLE_V1_MULTIPROCESSING"):
+        VLLMBackend.from_config(VLLMBackendConfig(model=str(tmp_path)))
+
+
+def test_load_weights_is_refused_on_a_generation_only_engine():
+    b = VLLMBackend(None, vocab_size=10, max_context=10, eos_token_ids=(), processed_logprobs=True,
+                    scorer_config=HFBackendConfig(model="x"))
+    b.allow_weight_updates = False
+    with pytest.raises(ValueError, match="allow_weight_updates"):
+        b.load_weights({"w": torch.zeros(1)})

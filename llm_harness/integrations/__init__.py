@@ -1,0 +1,1 @@
+"""Adapters of the toolkit's methods to external training engines (verl: :mod:`.verl`)."""

@@ -1,0 +1,22 @@
+"""verl 0.9.1 plug-ins of the toolkit, loaded by verl's ``verl.plugins`` entry point (SPEC §6).
+
+``import verl`` imports this package (entry point ``vsr-toolkit`` of the distribution), which
+registers the advantage estimators of :mod:`.estimators` (``vsr_grpo``, ``vsr_drgrpo``,
+``vsr_rloo``, ``vsr_constant``, ``vsr_extra_grpo``, ``vsr_gigpo``), the VSR agent loop of
+:mod:`.agent_loop` (``vsr_prefix``) and the ``vsr_sync`` trainer mode of :mod:`.trainer`. verl
+swallows a plug-in's import error (logged at debug level): :data:`REGISTERED` lists what this
+import registered, and the tests check it in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+from llm_harness.integrations.verl.estimators import register_all as _register_estimators
+
+#: what importing this package registered with verl, by kind
+REGISTERED: dict[str, tuple[str, ...]] = {"adv_estimator": _register_estimators()}
+
+from llm_harness.integrations.verl import agent_loop as _agent_loop  # noqa: E402  (registers on import)
+from llm_harness.integrations.verl import trainer as _trainer  # noqa: E402  (registers on import)
+
+REGISTERED["agent_loop"] = _agent_loop.REGISTERED
+REGISTERED["trainer_mode"] = _trainer.REGISTERED

@@ -1,0 +1,112 @@
+"""The ``vsr_sync`` trainer mode: verl's synchronous v1 trainer whose advantage stage hands the
+toolkit's estimators the per-row inputs they declare (SPEC §6; ``trainer.v1.trainer_mode=vsr_sync``).
+
+verl 0.9.1's ``PPOTrainer._compute_advantage`` fetches a fixed list of fields from TransferQueue
+and calls the estimator with rewards, mask and uid only. ExTra's novelty needs the prompt and
+response tokens, GiGPO each turn's end, anchor and step reward (:mod:`.estimators`). This is the
+one method overridden (registered with verl's ``register_trainer``; nothing else of the trainer
+changes): for an estimator of :data:`~.estimators.ESTIMATORS` with a non-empty ``needs``, it
+fetches ``prompts`` / ``responses`` (unpadded, as ``prompt_ids`` / ``response_ids``) and the agent
+loop's ``extra_fields``, and passes them as ``non_tensor_batch``; every other estimator goes
+through verl's own method unchanged. The steps around the estimator (KL in reward, rollout
+correction, writing ``advantages``/``returns`` back) follow verl 0.9.1's method line by line.
+Departure: every output row is a sample of its uid's group; verl's GRPO path instead scores only
+the last output of an agent loop that returns several (``compute_advantage_for_multi_trajectories``)
+— the toolkit's agent loops return one output per session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tensordict import TensorDict
+from verl.protocol import DataProto
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+from verl.trainer.ppo.v1 import trainer_base
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.utils.padding import response_to_nested
+
+from llm_harness.integrations.verl.estimators import ESTIMATORS
+
+__all__ = ["REGISTERED", "VSRSyncTrainer", "estimator_inputs"]
+
+MODE = "vsr_sync"
+REGISTERED = (MODE,)
+_BASE_FIELDS = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "values"]
+
+
+def estimator_inputs(needs: tuple[str, ...], rows: Any) -> dict[str, np.ndarray]:
+    """``non_tensor_batch`` of the declared ``needs`` from fetched rows (a TensorDict with nested
+    ``prompts``/``responses`` and per-row ``extra_fields`` dicts): object arrays of plain lists."""
+    n = rows.batch_size[0]
+    out: dict[str, np.ndarray] = {}
+    for k in needs:
+        arr = np.empty(n, dtype=object)
+        if k in ("prompt_ids", "response_ids"):
+            t = rows["prompts" if k == "prompt_ids" else "responses"]
+            arr[:] = [x.tolist() for x in t.unbind(0)]
+        else:
+            extra = rows["extra_fields"] if "extra_fields" in rows.keys() else None
+            vals = [] if extra is None else [e.get(k) if isinstance(e, dict) else None for e in extra]
+            if not vals or any(v is None for v in vals):
+                if k in ESTIMATOR_OPTIONAL:
+                    continue
+                raise ValueError(f"{MODE}: the agent loop wrote no extra_fields[{k!r}] for some rows")
+            arr[:] = vals
+        out[k] = arr
+    return out
+
+
+#: inputs an estimator may do without (GiGPO's penalties)
+ESTIMATOR_OPTIONAL = {"gigpo_penalties"}
+
+
+@register_trainer(MODE)
+class VSRSyncTrainer(PPOTrainerSync):
+    """``PPOTrainerSync`` with an advantage stage that feeds the toolkit's estimators (module doc)."""
+
+    def _compute_advantage(self, batch, metrics: dict):
+        algo = self.config.algorithm
+        est = ESTIMATORS.get(str(algo.adv_estimator))
+        needs = tuple(getattr(est, "needs", ()) or ())
+        if est is None or not needs:
+            return super()._compute_advantage(batch, metrics)
+        tq = trainer_base.tq
+        extra = ["prompts", "responses"] if {"prompt_ids", "response_ids"} & set(needs) else []
+        extra += ["extra_fields"] if set(needs) - {"prompt_ids", "response_ids"} else []
+        raw = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=_BASE_FIELDS + extra)
+        nt_inputs = estimator_inputs(needs, raw)
+        response_mask = raw["response_mask"]
+        data = DataProto(batch=raw.select(*[k for k in _BASE_FIELDS if k in raw.keys()]).to_padded_tensor())
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
+        # 1. KL penalty in the reward (verl 0.9.1, unchanged)
+        if algo.use_kl_in_reward:
+            data, kl_metrics = apply_kl_penalty(data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        # 2. rollout correction (verl 0.9.1, unchanged)
+        rc = algo.get("rollout_correction", None)
+        bypass = rc and rc.get("bypass_mode", False)
+        rollout_correction = rc is not None and "rollout_log_probs" in data.batch and not bypass
+        if rollout_correction:
+            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rc)
+            metrics.update(is_metrics)
+        # 3. the toolkit's estimator, with its declared inputs
+        adv, ret = est(token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
+                       index=data.non_tensor_batch["uid"], config=algo, non_tensor_batch=nt_inputs)
+        data.batch["advantages"], data.batch["returns"] = adv, ret
+        # 4. write back (verl 0.9.1, unchanged)
+        fields = ["advantages", "returns"]
+        if algo.use_kl_in_reward:
+            fields.append("token_level_rewards")
+        if rollout_correction:
+            fields.append("response_mask")
+            if "rollout_is_weights" in data.batch:
+                fields.append("rollout_is_weights")
+        output = TensorDict({f: response_to_nested(data.batch[f], response_mask) for f in fields}, batch_size=len(batch))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One-node verl 0.9.1 runs of the toolkit's methods (README "Scaling out"). Usage:
+#   scripts/verl/train.sh METHOD [extra Hydra overrides...]
+# METHOD: grpo (verl's own estimator) | vsr_grpo (the toolkit's GRPO) | vsr (VSR prefix replay)
+#         | extra (GRPO + ExTra novelty) | vsr_extra (both)
+# Env: PYTHON (interpreter with verl, vLLM and this package; default python3), MODEL (local model folder; Qwen2.5-0.5B-Instruct or -1.5B-Instruct for the recipe),
+#      DATA (folder with train.parquet / val.parquet from make_data.py; VSR needs --agent vsr_prefix),
+#      OUT (checkpoints and logs), STEPS (default 150), GPUS (default 1), B (prompts per step, 64),
+#      N (samples per prompt, 8), RESP (max response tokens, 1024), PROMPT_LEN (512);
+#      DRY_RUN=1 prints the Hydra overrides one per line instead of running (the tests compose them).
+# Rollout-level |A| replay has no verl route in this toolkit yet (README "Scaling out").
+set -euo pipefail
+METHOD="${1:?usage: scripts/verl/train.sh METHOD [overrides...]}"
+shift
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+: "${MODEL:?set MODEL to a local model folder}" "${DATA:?set DATA to the make_data.py folder}" "${OUT:?set OUT}"
+STEPS="${STEPS:-150}" GPUS="${GPUS:-1}" B="${B:-64}" N="${N:-8}" RESP="${RESP:-1024}" PROMPT_LEN="${PROMPT_LEN:-512}"
+
+case "$METHOD" in
+  grpo)      M=(algorithm.adv_estimator=grpo) ;;
+  vsr_grpo)  M=(algorithm.adv_estimator=vsr_grpo) ;;
+  vsr)       M=(algorithm.adv_estimator=vsr_grpo +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5) ;;
+  extra)     M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0) ;;
+  vsr_extra) M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0
+                +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5) ;;
+  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | extra | vsr_extra)" >&2; exit 2 ;;
+esac
+case "$METHOD" in
+  vsr|vsr_extra)
+    "${PYTHON:-python3}" - "$DATA/train.parquet" <<'PY' || { echo "train.sh: $METHOD needs make_data.py --agent vsr_prefix" >&2; exit 2; }
+import sys, pandas as pd
+sys.exit(0 if (pd.read_parquet(sys.argv[1], columns=["agent_name"])["agent_name"] == "vsr_prefix").all() else 1)
+PY
+    ;;
+esac
+
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+ARGS=(
+  trainer.v1.trainer_mode=vsr_sync \
+  data.train_files="$DATA/train.parquet" data.val_files="$DATA/val.parquet" \
+  data.train_batch_size="$B" data.max_prompt_length="$PROMPT_LEN" data.max_response_length="$RESP" \
+  data.filter_overlong_prompts=False \
+  actor_rollout_ref.model.path="$MODEL" \
+  actor_rollout_ref.actor.ppo_mini_batch_size="$B" actor_rollout_ref.actor.optim.lr=1e-6 \
+  actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.clip_ratio_low=0.2 actor_rollout_ref.actor.clip_ratio_high=0.28 \
+  actor_rollout_ref.actor.loss_agg_mode=token-mean \
+  actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n="$N" actor_rollout_ref.rollout.calculate_log_probs=True \
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
+  reward.custom_reward_function.path="$ROOT/scripts/verl/reward.py" reward.custom_reward_function.name=compute_score \
+  algorithm.use_kl_in_reward=False \
+  trainer.n_gpus_per_node="$GPUS" trainer.nnodes=1 trainer.total_training_steps="$STEPS" \
+  trainer.logger='[console]' trainer.default_local_dir="$OUT/checkpoints" trainer.project_name=vsr \
+  trainer.experiment_name="$METHOD" trainer.val_before_train=False trainer.test_freq=25 trainer.save_freq=-1 \
+  "${M[@]}" "$@"
+)
+if [ "${DRY_RUN:-0}" = 1 ]; then printf '%s\n' "${ARGS[@]}"; exit 0; fi
+mkdir -p "$OUT"
+exec "${PYTHON:-python3}" -m verl.trainer.main_ppo "${ARGS[@]}"

@@ -1,0 +1,91 @@
+"""scripts/verl: the data writer, the reward function, and every method's Hydra overrides composed
+against verl 0.9.1's own ``ppo_trainer`` config (what can be checked without a GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+verl = pytest.importorskip("verl")
+import pandas as pd  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from llm_harness.integrations.verl.estimators import _params  # noqa: E402
+from llm_harness.integrations.verl.prefix_buffer import PrefixBuffer  # noqa: E402
+from llm_harness.tasks import get_task  # noqa: E402
+from llm_harness.testbed.paths import shipped_checkpoint  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[4]
+PARAMS = {"n_train": 16, "n_validation": 4, "n_test": 4, "n_hard": 2}
+
+
+def _script(name: str):
+    sys.path.insert(0, str(ROOT / "scripts/verl"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+def make_data(out: Path, agent: str) -> None:
+    """``scripts/verl/make_data.py`` with its command line, in this process (its imports are loaded)."""
+    assert _script("make_data").main(["--task", "step_arith", "--params", json.dumps(PARAMS), "--out", str(out),
+                                      "--agent", agent, "--tokenizer", str(shipped_checkpoint("mid"))]) == 0
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("verl_data")
+    make_data(d / "vsr", "vsr_prefix")
+    (d / "plain").mkdir()  # the same rows for verl's default agent loop (one subprocess less)
+    for f in ("train.parquet", "val.parquet"):
+        df = pd.read_parquet(d / "vsr" / f)
+        df["agent_name"] = "single_turn_agent"
+        df.to_parquet(d / "plain" / f)
+    return d
+
+
+def test_make_data_writes_the_tasks_problems_with_reward_fields(data):
+    tr, va = pd.read_parquet(data / "vsr" / "train.parquet"), pd.read_parquet(data / "vsr" / "val.parquet")
+    task = get_task("step_arith", **PARAMS)
+    probs = list(task.problems("train"))
+    assert len(tr) == len(probs) and len(va) == len(list(task.problems("validation")))
+    assert set(tr["agent_name"]) == {"vsr_prefix"} and set(va["agent_name"]) == {"single_turn_agent"}
+    assert [r["ground_truth"] for r in tr["reward_model"]] == [p.answer for p in probs]
+    assert list(tr["prompt"].iloc[0][0].keys()) == ["role", "content"] and len(tr["vsr_prompt_ids"].iloc[0]) > 0
+
+
+def test_reward_function_grades_with_the_tasks_verifier():
+    reward = _script("reward")
+    info = {"params": json.dumps(PARAMS, sort_keys=True)}
+    assert reward.compute_score("vsr/step_arith", "3+4=7\nA:7", "7", info) == 1.0
+    assert reward.compute_score("vsr/step_arith", "3+4=8\nA:8", "7", info) == 0.0
+    with pytest.raises(ValueError, match="data_source"):
+        reward.compute_score("openai/gsm8k", "A:7", "7", info)
+
+
+@pytest.mark.parametrize("method", ["grpo", "vsr_grpo", "vsr", "extra", "vsr_extra"])
+def test_every_methods_overrides_compose_with_verls_config(data, method):
+    folder = data / ("vsr" if method.startswith("vsr") and method != "vsr_grpo" else "plain")
+    env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(folder), "OUT": "/tmp/unused", "PYTHON": sys.executable}
+    out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), method], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    cfgdir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=cfgdir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=out.stdout.split())
+    assert cfg.trainer.v1.trainer_mode == "vsr_sync" and cfg.reward.custom_reward_function.name == "compute_score"
+    p = _params(cfg.algorithm)  # the toolkit's parse of algorithm.vsr refuses unknown keys
+    if "vsr" in cfg.algorithm and "prefix" in cfg.algorithm.vsr:
+        assert PrefixBuffer(p.prefix, n=cfg.actor_rollout_ref.rollout.n, prompts_per_step=cfg.data.train_batch_size,
+                            max_response_tokens=cfg.data.max_response_length).plugin.cfg.rho == 0.5
+
+
+def test_vsr_refuses_data_without_its_agent_loop(data):
+    env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(data / "plain"), "OUT": "/tmp/unused", "PYTHON": sys.executable}
+    out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "vsr"], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "--agent vsr_prefix" in out.stderr
