@@ -9,7 +9,7 @@ import pytest
 
 from llm_harness.compare.runner import CompareConfig, plan_jobs, run
 
-TIMING = {"wall_s", "step_s", "plugin_s"}
+TIMING = {"wall_s", "step_s", "plugin_s", "step_ratio", "plugin_overhead_s"}
 
 
 def _strip(o):
@@ -27,7 +27,7 @@ def test_ray_executor_reproduces_the_process_pool_summary_and_resumes(tmp_path, 
     assert run(CompareConfig(out=tmp_path / "ray", executor="ray", **kw)) == 0
     a = json.loads((tmp_path / "process" / "summary.json").read_text())
     b = json.loads((tmp_path / "ray" / "summary.json").read_text())
-    assert a["summary"]["normal"]["methods"]["grpo"]["seeds"]["0"]["curve"], "no evaluation recorded"
+    assert a["regimes"]["normal"]["methods"]["grpo"]["seeds"]["0"]["curve"], "no evaluation recorded"
     assert _strip(a) == _strip(b)
     capsys.readouterr()
     cfg = CompareConfig(out=tmp_path / "process", executor="ray", **kw)  # the other executor finds the jobs done
