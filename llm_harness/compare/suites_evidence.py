@@ -517,11 +517,11 @@ def eval_metrics_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: An
         lines += [f"## Held-out evaluation metrics, regime `{regime}`", "",
                   f"Final evaluation of each run (avg@{k}; response length in tokens, overall and by correctness; Distinct-4, "
                   "Self-BLEU-4 and LogDet over each problem's samples, averaged over problems; AES against the reference of the "
-                  "same seed). Mean [95% CI] over seeds; '–': the trainer did not log the metric."
+                  "same seed, and against the starting checkpoint as Replay Table 5's upper block). Mean [95% CI] over seeds; '–': the trainer did not log the metric."
                   + ("" if len(have) == len(_EVAL_COLUMNS) else
                      f" Not logged by this trainer: {', '.join(c[1] for c in _EVAL_COLUMNS if c not in have)}."), "",
-                  "| arm | seeds | avg@k % | " + " | ".join(c[1] for c in _EVAL_COLUMNS) + " | AES vs reference |",
-                  "|" + "---|" * (4 + len(_EVAL_COLUMNS))]
+                  "| arm | seeds | avg@k % | " + " | ".join(c[1] for c in _EVAL_COLUMNS) + " | AES vs reference | AES vs start |",
+                  "|" + "---|" * (5 + len(_EVAL_COLUMNS))]
         csv_rows = []
         for a in arms:
             vals = finals[a]
@@ -533,10 +533,15 @@ def eval_metrics_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: An
             per = [_aes_seed(vals[s], ref[s], k)[2] for s in sorted(set(vals) & set(ref))]
             ae = seed_interval(per) if a != suite.reference else (0.0, math.nan, math.nan)
             csv_rows.append([a, "aes", ae[0], ae[1], ae[2]])
+            base = finals.get("base", {})
+            ab = seed_interval([_aes_seed(vals[s], base[s], k)[2] for s in sorted(set(vals) & set(base))])
+            csv_rows.append([a, "aes_vs_start", ab[0], ab[1], ab[2]])
             acc = seed_interval([v.get(f"val_avg_at_{k}", math.nan) for v in vals.values()])
             lines.append(f"| {_label(suite, a)} | {len(vals)} | {_pp(acc)} | " + " | ".join(cells) + " | "
                          + ("reference" if a == suite.reference else "–" if not _finite(ae[0]) else
-                            f"{ae[0]:+.3f}" + (f" [{ae[1]:+.3f}, {ae[2]:+.3f}]" if _finite(ae[1]) else "")) + " |")
+                            f"{ae[0]:+.3f}" + (f" [{ae[1]:+.3f}, {ae[2]:+.3f}]" if _finite(ae[1]) else "")) + " | "
+                         + ("–" if not _finite(ab[0]) else f"{ab[0]:+.3f}" + (f" [{ab[1]:+.3f}, {ab[2]:+.3f}]" if _finite(ab[1]) else ""))
+                         + " |")
         name = f"eval_metrics_{regime}"
         _csv(out / f"{name}.csv", ["arm", "metric", "mean", "ci_low", "ci_high"], csv_rows)
         lines += ["", f"(numbers: `{name}.csv`)", ""]
@@ -600,14 +605,17 @@ def passk_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out:
             if a in shown:
                 ax[0].plot(ks, 100 * np.array(means), marker="o", ms=3, label=_label(suite, a).replace("\\|", "|"),
                            ls="--" if a == suite.reference else "-")
-                if a != suite.reference:
+                if a != suite.reference and ref:
                     d = np.array([[r[3], r[4], r[5]] for r in csv_rows if r[0] == a], dtype=np.float64) * 100
                     ax[1].plot(ks, d[:, 0], marker="o", ms=3, label=_label(suite, a).replace("\\|", "|"), color=f"C{ai}")
                     ax[1].fill_between(ks, d[:, 1], d[:, 2], alpha=0.12, color=f"C{ai}")
         for a_ in ax:
-            a_.set_xscale("log", base=2)
             a_.set_xlabel("k")
-            a_.legend(fontsize=7)
+            if a_.get_legend_handles_labels()[0]:
+                a_.set_xscale("log", base=2)
+                a_.legend(fontsize=7)
+            else:
+                a_.text(0.5, 0.5, "no paired reference runs", ha="center", va="center", transform=a_.transAxes)
         ax[0].set_ylabel("held-out pass@k (%), mean over seeds")
         ax[1].axhline(0, color="k", lw=1, ls="--")
         ax[1].set_ylabel(f"Δ pass@k vs {suite.reference} (pp), 95% CI over seeds")

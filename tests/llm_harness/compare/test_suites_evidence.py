@@ -154,6 +154,10 @@ def test_replay_tables_holm_within_each_table_and_the_aes_ranking(tmp_path):
     assert csv[0].startswith("rank,arm") and csv[1].split(",")[1] == "abs"
     assert float(csv[1].split(",")[6]) == pytest.approx(0.1 + 3 * 0.05 / 0.41, abs=0.03)
     # evaluation metrics: the logged ones are shown, the missing ones named
+    import re
+
+    grpo_eval = [line for line in text.splitlines() if line.startswith("| GRPO") and "| reference |" in line and "seeds)" not in line]
+    assert len(grpo_eval) == 1 and re.search(r"\| reference \| [+-]0\.0\d\d \[", grpo_eval[0])  # AES vs the start ≈ 0
     assert "## Held-out evaluation metrics" in text and "Not logged by this trainer: L (incorrect), Distinct-4, Self-BLEU-4, LogDet." in text
     assert (tmp_path / "replay_tables_recurring.png").stat().st_size > 0 and (tmp_path / "replay_tables_recurring.csv").is_file()
 
@@ -214,6 +218,22 @@ def test_smoke_run(suite, arms, tmp_path):
     cfg = CompareConfig(suite=suite, quick=True, methods=arms, out=tmp_path, workers=1)
     assert run(cfg) == 0
     text = (tmp_path / "report.md").read_text()
+    import re
+
+    grpo_eval = [line for line in text.splitlines() if line.startswith("| GRPO") and "| reference |" in line and "seeds)" not in line]
+    assert len(grpo_eval) == 1 and re.search(r"\| reference \| [+-]0\.0\d\d \[", grpo_eval[0])  # AES vs the start ≈ 0
     assert "## Held-out evaluation metrics" in text and (tmp_path / "summary.json").is_file()
     for j in plan_jobs(cfg):
         assert json.loads((Path(j.run_dir) / "done.json").read_text())["rc"] == 0
+
+
+@pytest.mark.parametrize("suite,arms", [("extra_signal", ("ngram4", "surprise")), ("replay_tau", ("abs_tau1", "abs_tau60"))])
+def test_sections_without_the_reference_run(suite, arms, tmp_path):
+    """A suite run without its reference arm still writes its report (contrasts and AES shown as undefined)."""
+    cfg = CompareConfig(suite=suite, out=tmp_path, seeds=2, steps=4, eval_every=2, methods=arms)
+    jobs = plan_jobs(cfg)
+    k = cfg.sizes["eval_k"]
+    for j in jobs:
+        _fake(j, k, acc=0.4 + 0.01 * j.seed, length=30.0, extra={f"val_pass_at_{i}": 0.5 for i in range(1, k + 1)})
+    text = write_report(cfg, jobs).read_text()
+    assert "## Held-out evaluation metrics" in text
