@@ -51,6 +51,7 @@ Departures from the papers (the test bed is a 1M-parameter model on step arithme
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -94,14 +95,16 @@ REPLAY_METHODS: tuple[Method, ...] = (
 )
 
 
+@dataclass(frozen=True)
 class TableSpec:
-    """One paper table: its arms (each contrasted with the suite's reference; one Holm family) and a caption."""
+    """One paper table: its arms, each contrasted with the suite's reference; the arms form one Holm family."""
 
-    def __init__(self, name: str, caption: str, arms: tuple[str, ...], metrics: tuple[str, ...] = ("avg", "pass")):
-        self.name, self.caption, self.arms, self.metrics = name, caption, arms, metrics
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"TableSpec({self.name!r}, {self.arms})"
+    name: str
+    """Identifier (CSV rows, ``extra_cols`` keys)."""
+    caption: str
+    """Heading in the report."""
+    arms: tuple[str, ...]
+    """Method names of the table's rows (the reference is every table's first row)."""
 
 
 #: the Replay paper's tables as arm lists (the reference, GRPO, is every table's first row)
