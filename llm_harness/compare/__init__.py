@@ -5,3 +5,4 @@
   processes, resumable, then writes the report;
 * :mod:`.report` — tables with seed confidence intervals, token accounting, overheads, figures.
 """
+import llm_harness.compare.suites_evidence  # noqa: E402,F401  (registers the replay and ExTra suites)
