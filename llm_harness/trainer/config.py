@@ -10,9 +10,12 @@ does not repeat them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from vsr.checks import check_number
+
+if TYPE_CHECKING:
+    from llm_harness.trainer.eval_protocols import EvalProtocol
 
 __all__ = [
     "AgentConfig",
@@ -248,7 +251,7 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    """Periodic held-out evaluation during training."""
+    """Periodic held-out evaluation during training (metrics: ``Trainer.validate``)."""
 
     every: int = 0
     """Evaluate every this many steps (0: never during training; the final step is evaluated
@@ -257,19 +260,59 @@ class ValidationConfig:
     """Split evaluated."""
     n_problems: int = 64
     """First problems of the split used."""
-    k: int = 4
-    """Samples per problem (avg@k, pass@k)."""
-    temperature: float = 1.0
-    """Sampling temperature of the evaluation."""
-    top_p: float = 1.0
-    """Nucleus mass of the evaluation."""
+    protocol: str = ""
+    """A paper's evaluation protocol (registry ``llm_harness.trainer.eval_protocols.EVAL_PROTOCOLS``:
+    ``replay``, ``replay_aime``, ``extra``, ``vsr``): gives ``k``, ``temperature`` and ``top_p`` where they
+    are left unset (null); a ``temperature`` or ``top_p`` that disagrees with it is refused, ``k`` may
+    differ (the sample budget). Empty: no protocol (k 4, T 1, top-p 1 where unset). Read the values in
+    force with :meth:`sampling`."""
+    k: int | None = None
+    """Samples per problem (avg@k, pass@j for j = 1..k); unset: the protocol's, else 4."""
+    temperature: float | None = None
+    """Sampling temperature of the evaluation; unset: the protocol's, else 1."""
+    top_p: float | None = None
+    """Nucleus mass of the evaluation; unset: the protocol's, else 1."""
+    diversity_embedder: str = "ngram4"
+    """Embedder of the LogDet diversity (registry ``llm_harness.methods.embedders.EMBEDDERS``). Default
+    ``ngram4``: hashed token-4-gram counts, offline and the same for every run, so values compare across
+    methods and steps (the paper uses MiniLM sentence embeddings: ``minilm``, needs the ``embed`` extra).
+    ``policy_hidden`` embeds with the policy being trained, so its values drift with training."""
+    logdet_alpha: float = 1.0
+    """α of LogDet ``log det(I + α K)`` (ExTra does not state it)."""
 
     def __post_init__(self) -> None:
         check_number("every", self.every, 0, integer=True)
         check_number("n_problems", self.n_problems, 1, integer=True)
-        check_number("k", self.k, 1, integer=True)
-        check_number("temperature", self.temperature, 0, lo_open=True)
-        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        if self.k is not None:
+            check_number("k", self.k, 1, integer=True)
+        if self.temperature is not None:
+            check_number("temperature", self.temperature, 0, lo_open=True)
+        if self.top_p is not None:
+            check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        if self.protocol:
+            from llm_harness.trainer.eval_protocols import get_protocol
+
+            proto = get_protocol(self.protocol, "protocol")
+            for name in ("temperature", "top_p"):
+                v, want = getattr(self, name), getattr(proto, name)
+                if v is not None and v != want:
+                    raise ValueError(f"{name}: {v!r} disagrees with protocol {self.protocol!r} ({name} {want}); "
+                                     f"leave it unset or drop the protocol")
+        check_number("logdet_alpha", self.logdet_alpha, 0, lo_open=True)
+        from llm_harness.methods.embedders import EMBEDDERS
+
+        EMBEDDERS.check(self.diversity_embedder, "diversity_embedder")
+
+    def sampling(self) -> EvalProtocol:
+        """The evaluation sampling in force: an ``EvalProtocol`` (temperature, top_p, k, source) with the
+        fields set here over the protocol's values (or over k 4, T 1, top-p 1 without a protocol)."""
+        from llm_harness.trainer.eval_protocols import EvalProtocol, get_protocol
+
+        base = get_protocol(self.protocol, "protocol") if self.protocol else EvalProtocol(1.0, 1.0, 4, "defaults")
+        return EvalProtocol(base.temperature if self.temperature is None else float(self.temperature),
+                            base.top_p if self.top_p is None else float(self.top_p),
+                            base.k if self.k is None else int(self.k),
+                            f"validation.protocol {self.protocol!r}" if self.protocol else "validation fields")
 
 
 @dataclass(frozen=True)
