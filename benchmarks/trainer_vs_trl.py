@@ -38,7 +38,9 @@ Departures (stated, not hidden): each trainer draws its own prompts in its own s
 (TRL's sampler vs our seeded source) and its own samples, so accuracies are compared with their
 standard errors, not pairwise; our trainer drops zero-variance groups before the update (TRL
 back-propagates their zero advantages), which is part of the speed difference — the
-``ours_no_filter`` contender keeps them. TRL runs on CPU without vLLM. Needs ``pip install trl``
+``ours_no_filter`` contender keeps them; ``ours_static`` is ours with the HF backend's opt-in
+static-KV-cache decode step (same samples; the ``ours/ours_static`` ratio is its measured speedup).
+TRL runs on CPU without vLLM. Needs ``pip install trl``
 (the ``bench`` extra); without it only our contenders run (``contenders`` must then omit ``trl``).
 
 Model: ``--model`` (a saved test-bed checkpoint, default ``llm_harness/testbed/checkpoints/mid``);
@@ -65,7 +67,15 @@ import torch
 from vsr.atomic import write_text
 from vsr.config_io import save_config
 
-CONTENDERS = ("ours", "ours_no_filter", "trl")
+#: contender -> what it runs (ours: zero-variance filter on, as the trainer's default)
+CONTENDERS = {
+    "ours": "this trainer (defaults)",
+    "ours_no_filter": "this trainer, zero-variance groups kept (as TRL)",
+    "ours_static": "this trainer, HF backend with static_decode (llm_harness/backends/static_decode.py)",
+    "trl": "TRL GRPOTrainer",
+}
+#: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
+RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("ours", "ours_static"))
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,8 @@ class TrlBenchConfig:
     bootstrap_steps: int = 400
     """SFT steps (64 expert sequences each, lr 2e-3) of the bootstrapped model."""
     contenders: tuple[str, ...] = ("ours", "trl")
-    """Run order within a repeat (``ours``, ``ours_no_filter``, ``trl``); the ratio needs ``ours`` and ``trl``."""
+    """Run order within a repeat (keys of ``CONTENDERS``: ``ours``, ``ours_no_filter``, ``ours_static``,
+    ``trl``); each pair of ``RATIOS`` present gets its interleaved ratio."""
     repeats: int = 5
     """Interleaved repeats (each runs every contender once)."""
     steps: int = 12
@@ -115,7 +126,7 @@ class TrlBenchConfig:
         check_number("warmup_steps", self.warmup_steps, 0, integer=True)
         check_number("eval_problems", self.eval_problems, 0, integer=True)
         if not self.contenders or any(c not in CONTENDERS for c in self.contenders):
-            raise ValueError(f"contenders: each must be one of {CONTENDERS}, got {list(self.contenders)}")
+            raise ValueError(f"contenders: each must be one of {sorted(CONTENDERS)}, got {list(self.contenders)}")
         if len(set(self.contenders)) != len(self.contenders):
             raise ValueError(f"contenders: duplicates in {list(self.contenders)}")
         if self.group_size < 2:
@@ -290,7 +301,7 @@ def _load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, evaluate: bool) -> dict:
+def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, static: bool, evaluate: bool) -> dict:
     from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
     from llm_harness.trainer.entry import build_backend
     from llm_harness.trainer.loop import Trainer
@@ -306,10 +317,17 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
                               verify_timeout_s=0),
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
-        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}"), checkpoint_every=0, progress=False),
+        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}"), checkpoint_every=0,
+                      progress=False),
     )
     rec = Recorder()
-    backend = build_backend(model, tok, tcfg)
+    if static:
+        from llm_harness.backends import HFBackend, HFBackendConfig
+
+        backend = HFBackend(model, tok, config=HFBackendConfig(max_batch_sequences=256, pad_token_id=tok.pad_token_id,
+                                                               static_decode=True))
+    else:
+        backend = build_backend(model, tok, tcfg)
     decode = [0.0]
     real_generate = backend.generate
 
@@ -466,28 +484,26 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
 
 
 def _summary(runs: list[dict], cfg: TrlBenchConfig, limit: dict) -> dict:
+    """Per-contender s/step (median, min, max), the interleaved ratios of ``RATIOS``, and the limit
+    fraction of every run of ours (its FLOPs at the measured GEMM rates over its s/step)."""
     by = {c: [r for r in runs if r["contender"] == c] for c in cfg.contenders}
-    s: dict[str, Any] = {"contenders": {}}
+    s: dict[str, Any] = {"contenders": {}, "ratios": {}}
     for c, rs in by.items():
         sps = [r["s_per_step"] for r in rs]
         s["contenders"][c] = {"s_per_step_median": statistics.median(sps), "s_per_step_min": min(sps),
                               "s_per_step_max": max(sps)}
-    if "ours" in by and "trl" in by:
-        ratios = [t["s_per_step"] / o["s_per_step"] for o, t in zip(by["ours"], by["trl"])]
-        s["ratio_trl_over_ours"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                                    "per_repeat": ratios}
-    if "ours_no_filter" in by and "trl" in by:
-        ratios = [t["s_per_step"] / o["s_per_step"] for o, t in zip(by["ours_no_filter"], by["trl"])]
-        s["ratio_trl_over_ours_no_filter"] = {"median": statistics.median(ratios), "min": min(ratios),
-                                              "max": max(ratios), "per_repeat": ratios}
-    if "ours" in by:
-        fr = []
-        for r in by["ours"]:
-            lim = r["decode_flops"] / limit["decode_flops_per_s"] + r["train_flops"] / limit["train_flops_per_s"]
-            r["limit_s"] = lim
-            r["limit_fraction"] = lim / r["s_per_step"]
-            fr.append(r["limit_fraction"])
-        s["ours_limit_fraction"] = {"median": statistics.median(fr), "min": min(fr), "max": max(fr)}
+    for a, b in RATIOS:
+        if a in by and b in by:
+            q = [x["s_per_step"] / y["s_per_step"] for x, y in zip(by[a], by[b])]  # same repeat
+            s["ratios"][f"{a}/{b}"] = {"median": statistics.median(q), "min": min(q), "max": max(q), "per_repeat": q}
+    for c, rs in by.items():
+        if c == "trl" or not limit:
+            continue
+        for r in rs:
+            r["limit_s"] = r["decode_flops"] / limit["decode_flops_per_s"] + r["train_flops"] / limit["train_flops_per_s"]
+            r["limit_fraction"] = r["limit_s"] / r["s_per_step"]
+        fr = [r["limit_fraction"] for r in rs]
+        s.setdefault("limit_fraction", {})[c] = {"median": statistics.median(fr), "min": min(fr), "max": max(fr)}
     return s
 
 
@@ -524,25 +540,22 @@ def run(cfg: TrlBenchConfig) -> int:
             if c == "trl":
                 res = _trl(path, task, cfg, cfg.seed + r, evaluate=ev)
             else:
-                res = _ours(path, task, cfg, cfg.seed + r, filter_zero=(c == "ours"), evaluate=ev)
+                res = _ours(path, task, cfg, cfg.seed + r, filter_zero=(c != "ours_no_filter"),
+                            static=(c == "ours_static"), evaluate=ev)
             res.update({"contender": c, "repeat": r, "seed": cfg.seed + r, "load_before": la, "load_after": _load_avg()})
             runs.append(res)
             print(f"repeat {r} {c:15s} s/step={res['s_per_step']:.4f}  load {la[0]:.2f} -> {res['load_after'][0]:.2f}",
                   file=sys.stderr)
     # the GEMM limit at the shapes of our step (decode rows; trained tokens, forward + backward)
-    ours = [x for x in runs if x["contender"] == "ours"] or [x for x in runs if x["contender"] == "ours_no_filter"]
+    ours = [x for x in runs if x["contender"] != "trl"]
     limit: dict[str, Any] = {}
     if ours:
         tokens = max(1, int(round(statistics.median(x["trained_tokens"] for x in ours))))
-        limit = {"threads": cfg.threads, "decode_rows": cfg.prompts * cfg.group_size, "train_rows": tokens,
+        limit = {"threads": cfg.threads, "dtype": "float32", "decode_rows": cfg.prompts * cfg.group_size,
+                 "train_rows": tokens,
                  "decode_flops_per_s": gemm_rate(shapes, cfg.prompts * cfg.group_size, cfg.gemm_repeats, backward=False),
                  "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True)}
-        for x in runs:  # the no-filter runs get the same limit fields
-            if x["contender"] == "ours_no_filter":
-                x["limit_s"] = (x["decode_flops"] / limit["decode_flops_per_s"]
-                                + x["train_flops"] / limit["train_flops_per_s"])
-                x["limit_fraction"] = x["limit_s"] / x["s_per_step"]
-    summary = _summary(runs, cfg, limit) if limit else _summary(runs, cfg, {"decode_flops_per_s": 1, "train_flops_per_s": 1})
+    summary = _summary(runs, cfg, limit)
     load1 = _load_avg()
     busy = max(load0[0], load1[0], *(x["load_before"][0] for x in runs), *(x["load_after"][0] for x in runs))
     result = {
@@ -572,11 +585,9 @@ def format_report(res: dict, cfg: TrlBenchConfig) -> str:
     for c, v in s["contenders"].items():
         lines.append(f"{c:15s} s/step median {v['s_per_step_median']:.4f}  [min {v['s_per_step_min']:.4f}, "
                      f"max {v['s_per_step_max']:.4f}]")
-    for key, label in (("ratio_trl_over_ours", "ours"), ("ratio_trl_over_ours_no_filter", "ours_no_filter")):
-        if key in s:
-            q = s[key]
-            lines.append(f"speed ratio TRL s/step / {label} s/step: median {q['median']:.2f}x  "
-                         f"[min {q['min']:.2f}x, max {q['max']:.2f}x] over {len(q['per_repeat'])} interleaved repeats")
+    for key, q in s["ratios"].items():
+        lines.append(f"speed ratio s/step {key}: median {q['median']:.2f}x  [min {q['min']:.2f}x, max {q['max']:.2f}x] "
+                     f"over {len(q['per_repeat'])} interleaved repeats")
     split_ours = ("decode_s", "time_generate_s", "time_score_s", "time_train_s", "other_s")
     split_trl = ("decode_s", "generate_s", "reward_s", "score_other_s", "train_s")
     for c in cfg.contenders:
@@ -584,16 +595,17 @@ def format_report(res: dict, cfg: TrlBenchConfig) -> str:
         keys = split_trl if c == "trl" else split_ours
         med = {k: statistics.median(r[k] for r in rs) for k in keys}
         lines.append(f"{c:15s} split (median s/step): " + "  ".join(f"{k}={v:.4f}" for k, v in med.items()))
-    if "ours_limit_fraction" in s:
-        lim = res["limit"]
-        q = s["ours_limit_fraction"]
-        rs = [r for r in res["runs"] if r["contender"] == "ours"]
-        lines.append(f"GEMM limit ({lim['threads']} threads, float32): decode {lim['decode_flops_per_s'] / 1e9:.2f} "
-                     f"GFLOP/s at {lim['decode_rows']} rows, train {lim['train_flops_per_s'] / 1e9:.2f} GFLOP/s at "
-                     f"{lim['train_rows']} rows; ours: {statistics.median(r['decode_flops'] for r in rs) / 1e9:.3f} "
-                     f"GFLOP decode + {statistics.median(r['train_flops'] for r in rs) / 1e9:.3f} GFLOP train per step "
-                     f"-> limit {statistics.median(r['limit_s'] for r in rs):.4f} s/step, fraction of the limit: "
-                     f"median {q['median']:.3f} [min {q['min']:.3f}, max {q['max']:.3f}]")
+    lim = res["limit"]
+    if lim:
+        lines.append(f"GEMM limit ({lim['threads']} threads, {lim['dtype']}, fastest of {cfg.gemm_repeats} timings): "
+                     f"decode {lim['decode_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['decode_rows']} rows, train "
+                     f"{lim['train_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['train_rows']} rows")
+    for c, q in s.get("limit_fraction", {}).items():
+        rs = [r for r in res["runs"] if r["contender"] == c]
+        lines.append(f"{c:15s} {statistics.median(r['decode_flops'] for r in rs) / 1e9:.3f} GFLOP decode + "
+                     f"{statistics.median(r['train_flops'] for r in rs) / 1e9:.3f} GFLOP train per step -> limit "
+                     f"{statistics.median(r['limit_s'] for r in rs):.4f} s/step; fraction of the limit: median "
+                     f"{q['median']:.4f} [min {q['min']:.4f}, max {q['max']:.4f}]")
     for r in res["runs"]:
         if "acc" in r:
             lines.append(f"held-out avg@{cfg.eval_k} after {r['contender']} (repeat 0): {r['acc']:.3f} ± {r['acc_se']:.3f}")

@@ -44,18 +44,26 @@ def test_config_refuses_unknown_or_repeated_contenders():
 def test_interleaved_runs_and_summary(tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "bench.json"
-    cfg = TrlBenchConfig(contenders=("ours", "ours_no_filter"), repeats=2, steps=1, warmup_steps=1, prompts=2,
+    cfg = TrlBenchConfig(contenders=("ours", "ours_static"), repeats=2, steps=1, warmup_steps=1, prompts=2,
                          group_size=2, max_new_tokens=6, eval_problems=0, threads=1, gemm_repeats=2, out=str(out))
     assert run(cfg) == 0
     res = json.loads(out.read_text())
-    assert [(r["repeat"], r["contender"]) for r in res["runs"]] == [(0, "ours"), (0, "ours_no_filter"),
-                                                                   (1, "ours"), (1, "ours_no_filter")]
+    assert [(r["repeat"], r["contender"]) for r in res["runs"]] == [(0, "ours"), (0, "ours_static"),
+                                                                   (1, "ours"), (1, "ours_static")]
     assert [r["seed"] for r in res["runs"]] == [0, 0, 1, 1]
     for r in res["runs"]:
         assert r["decode_flops"] > 0 and r["limit_s"] > 0 and r["limit_fraction"] > 0
         assert len(r["load_before"]) == 3 and r["decode_s"] <= r["time_generate_s"] + 1e-9
     s = res["summary"]
-    assert set(s["contenders"]) == {"ours", "ours_no_filter"} and "ratio_trl_over_ours" not in s
-    assert s["ours_limit_fraction"]["min"] <= s["ours_limit_fraction"]["median"] <= s["ours_limit_fraction"]["max"]
+    assert set(s["contenders"]) == {"ours", "ours_static"} and list(s["ratios"]) == ["ours/ours_static"]
+    assert len(s["ratios"]["ours/ours_static"]["per_repeat"]) == 2
+    for c in ("ours", "ours_static"):
+        q = s["limit_fraction"][c]
+        assert q["min"] <= q["median"] <= q["max"]
+    # the static decode samples what the default backend samples: same rewards and token counts
+    by = {(r["repeat"], r["contender"]): r for r in res["runs"]}
+    for rep in (0, 1):
+        a, b = by[(rep, "ours")], by[(rep, "ours_static")]
+        assert a["gen_new_tokens"] == b["gen_new_tokens"] and a["train_reward"] == b["train_reward"]
     assert res["limit"]["decode_flops_per_s"] > 0 and isinstance(res["loaded_machine"], bool)
     assert out.with_suffix(".config.yaml").is_file()
