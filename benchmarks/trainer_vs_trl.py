@@ -341,7 +341,9 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
     backend.generate = timed_generate
     tr = Trainer(tcfg, model=model, tokenizer=tok, backend=backend, task=task, extra_plugins=[rec])
     rows, decodes, walls = [], [], []
+    threads_seen = set()
     for _ in range(n_steps):
+        threads_seen.add(torch.get_num_threads())
         decode[0] = 0.0
         t0 = time.perf_counter()
         rows.append(tr.train_step())
@@ -370,6 +372,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         "gen_new_tokens": sum(r["gen_new_tokens"] for r in timed) / len(timed),
         "trained_samples": sum(r["trained_samples"] for r in timed) / len(timed),
         "decode_rows": cfg.prompts * cfg.group_size,
+        "torch_threads": sorted(threads_seen),
         "trained_tokens": sum(sum(len(g.context(i)) + len(g.response_ids[i]) for g in st.trained for i in range(g.size))
                               for st in steps) / len(steps),
         **flops,
@@ -444,13 +447,17 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
         wrap(name)
     per_step: list[dict[str, float]] = []
 
+    threads_seen: set[int] = set()
+
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
+            threads_seen.add(torch.get_num_threads())
             acc_t.clear()
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
             per_step.append({"step": time.perf_counter() - self.t0, **acc_t})
+            threads_seen.add(torch.get_num_threads())
 
     trainer.add_callback(StepClock())
     trainer.train()
@@ -470,6 +477,7 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
         "score_other_s": prep - mean("_generate") - mean("_calculate_rewards"),
         "train_s": mean("step") - prep,
         "train_reward": sum(rewards_seen) / max(1, len(rewards_seen)),
+        "torch_threads": sorted(threads_seen),
     }
     if evaluate:
         # evaluate a clean copy of the trained weights (TRL leaves its training wrappers on the model)
@@ -543,6 +551,8 @@ def run(cfg: TrlBenchConfig) -> int:
                 res = _ours(path, task, cfg, cfg.seed + r, filter_zero=(c != "ours_no_filter"),
                             static=(c == "ours_static"), evaluate=ev)
             res.update({"contender": c, "repeat": r, "seed": cfg.seed + r, "load_before": la, "load_after": _load_avg()})
+            if res["torch_threads"] != [cfg.threads]:
+                raise RuntimeError(f"{c}: ran with torch threads {res['torch_threads']}, not {cfg.threads}")
             runs.append(res)
             print(f"repeat {r} {c:15s} s/step={res['s_per_step']:.4f}  load {la[0]:.2f} -> {res['load_after'][0]:.2f}",
                   file=sys.stderr)

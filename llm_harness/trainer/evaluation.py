@@ -28,7 +28,8 @@ from llm_harness.trainer.rollout import sample_groups
 from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu
 from vsr.seeding import derive_seed
 
-__all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify"]
+__all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify",
+           "validation_aes"]
 
 #: Role key of the evaluation streams in :func:`vsr.seeding.derive_seed`.
 EVAL_STREAM = 0xE7A1
@@ -191,6 +192,25 @@ def evaluate_policy(
     if reference is not None and reference.get("avg_at_k"):
         out["aes"] = float(aes(out["length_mean"], out["avg_at_k"], reference["length_mean"], reference["avg_at_k"]))
     return out
+
+
+def validation_aes(metrics: dict[str, Any], reference: dict[str, Any], k: int) -> float:
+    """AES (SPEC §1.5; Replay §6.1) of one run's validation row against a reference run's (GRPO at the
+    same step, for the comparison tables): ``aes(L, A, L_ref, A_ref)`` with ``L = val_length_mean`` and
+    ``A = val_avg_at_{k}`` of :meth:`llm_harness.trainer.loop.Trainer.validate`. ValueError naming a
+    missing or non-finite key, or a reference accuracy of 0 (AES divides by it)."""
+    keys = ("val_length_mean", f"val_avg_at_{k}")
+    vals = {}
+    for who, row in (("metrics", metrics), ("reference", reference)):
+        for key in keys:
+            v = row.get(key)
+            if v is None or not np.isfinite(float(v)):
+                raise ValueError(f"{who}: {key} missing or not finite ({v!r}); was it validated with k = {k}?")
+            vals[who, key] = float(v)
+    if vals["reference", keys[1]] == 0 or vals["reference", keys[0]] == 0:
+        raise ValueError(f"reference: AES is undefined for a reference with accuracy or length 0 ({keys})")
+    return float(aes(vals["metrics", keys[0]], vals["metrics", keys[1]], vals["reference", keys[0]],
+                     vals["reference", keys[1]]))
 
 
 def format_eval_markdown(res: dict[str, Any]) -> str:

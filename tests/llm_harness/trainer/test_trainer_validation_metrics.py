@@ -185,6 +185,23 @@ def test_k1_has_no_pairwise_diversity(fixed):
     assert res["self_bleu_4"] is None and res["logdet"] is None and list(res["pass_at"]) == [1]
 
 
+def test_validation_aes_is_replays_formula_on_validate_rows():
+    from llm_harness.trainer.evaluation import validation_aes
+
+    ref = {"val_length_mean": 40.0, "val_avg_at_8": 0.5}
+    shorter_better = {"val_length_mean": 30.0, "val_avg_at_8": 0.6}
+    assert validation_aes(shorter_better, ref, 8) == pytest.approx(10 / 40 + 3 * 0.1 / 0.5)  # beta 3 on a gain
+    longer_worse = {"val_length_mean": 50.0, "val_avg_at_8": 0.4}
+    assert validation_aes(longer_worse, ref, 8) == pytest.approx(-10 / 40 - 5 * 0.1 / 0.5)  # beta 5 on a loss
+    assert validation_aes(ref, ref, 8) == 0.0
+    with pytest.raises(ValueError, match=r"metrics: val_avg_at_16 missing"):
+        validation_aes(shorter_better, ref, 16)
+    with pytest.raises(ValueError, match=r"reference: AES is undefined"):
+        validation_aes(shorter_better, {"val_length_mean": 40.0, "val_avg_at_8": 0.0}, 8)
+    with pytest.raises(ValueError, match=r"not finite"):
+        validation_aes({"val_length_mean": float("nan"), "val_avg_at_8": 0.5}, ref, 8)
+
+
 # ----------------------------------------------------------------------------- Trainer.validate
 
 
