@@ -23,6 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# as the vsr CLI: idle OpenMP threads sleep instead of spinning (on a busy machine a spinning
+# thread that lost its core stalls every parallel region; set before torch loads OpenMP)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import numpy as np
 import torch
 

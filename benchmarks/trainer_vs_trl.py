@@ -58,9 +58,13 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# as the vsr CLI: idle OpenMP threads sleep instead of spinning (on a busy machine a spinning
+# thread that lost its core stalls every parallel region; set before torch loads OpenMP)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
@@ -570,6 +574,7 @@ def run(cfg: TrlBenchConfig) -> int:
     busy = max(load0[0], load1[0], *(x["load_before"][0] for x in runs), *(x["load_after"][0] for x in runs))
     result = {
         "model": str(path), "threads": cfg.threads, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "load_before": load0, "load_after": load1, "max_load_1min": busy,
         "loaded_machine": busy > cfg.threads,
         "initial": initial, "limit": limit, "summary": summary, "runs": runs,

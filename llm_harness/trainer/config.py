@@ -262,10 +262,12 @@ class ValidationConfig:
     """First problems of the split used."""
     protocol: str = ""
     """A paper's evaluation protocol (registry ``llm_harness.trainer.eval_protocols.EVAL_PROTOCOLS``:
-    ``replay``, ``replay_aime``, ``extra``, ``vsr``): gives ``k``, ``temperature`` and ``top_p`` where they
+    ``replay``, ``replay_aime``, ``extra``, ``vsr``): fills ``k``, ``temperature`` and ``top_p`` where they
     are left unset (null); a ``temperature`` or ``top_p`` that disagrees with it is refused, ``k`` may
-    differ (the sample budget). Empty: no protocol (k 4, T 1, top-p 1 where unset). Read the values in
-    force with :meth:`sampling`."""
+    differ (the sample budget). Empty: no protocol (k 4, T 1, top-p 1 where unset). After construction
+    the three fields hold the values in force, so a config that already has them (a loaded file, a
+    ``replace`` of a built config) takes a protocol only if they agree with it: name the protocol in
+    the file, or set them to null with it."""
     k: int | None = None
     """Samples per problem (avg@k, pass@j for j = 1..k); unset: the protocol's, else 4."""
     temperature: float | None = None
@@ -283,12 +285,7 @@ class ValidationConfig:
     def __post_init__(self) -> None:
         check_number("every", self.every, 0, integer=True)
         check_number("n_problems", self.n_problems, 1, integer=True)
-        if self.k is not None:
-            check_number("k", self.k, 1, integer=True)
-        if self.temperature is not None:
-            check_number("temperature", self.temperature, 0, lo_open=True)
-        if self.top_p is not None:
-            check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        defaults = {"k": 4, "temperature": 1.0, "top_p": 1.0}
         if self.protocol:
             from llm_harness.trainer.eval_protocols import get_protocol
 
@@ -297,21 +294,24 @@ class ValidationConfig:
                 v, want = getattr(self, name), getattr(proto, name)
                 if v is not None and v != want:
                     raise ValueError(f"{name}: {v!r} disagrees with protocol {self.protocol!r} ({name} {want}); "
-                                     f"leave it unset or drop the protocol")
+                                     f"leave it unset (null) or drop the protocol")
+            defaults = {"k": proto.k, "temperature": proto.temperature, "top_p": proto.top_p}
+        for name, d in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, d)
+        check_number("k", self.k, 1, integer=True)
+        check_number("temperature", self.temperature, 0, lo_open=True)
+        check_number("top_p", self.top_p, 0, 1, lo_open=True)
         check_number("logdet_alpha", self.logdet_alpha, 0, lo_open=True)
         from llm_harness.methods.embedders import EMBEDDERS
 
         EMBEDDERS.check(self.diversity_embedder, "diversity_embedder")
 
     def sampling(self) -> EvalProtocol:
-        """The evaluation sampling in force: an ``EvalProtocol`` (temperature, top_p, k, source) with the
-        fields set here over the protocol's values (or over k 4, T 1, top-p 1 without a protocol)."""
-        from llm_harness.trainer.eval_protocols import EvalProtocol, get_protocol
+        """The evaluation sampling in force as an ``EvalProtocol`` (temperature, top_p, k, source)."""
+        from llm_harness.trainer.eval_protocols import EvalProtocol
 
-        base = get_protocol(self.protocol, "protocol") if self.protocol else EvalProtocol(1.0, 1.0, 4, "defaults")
-        return EvalProtocol(base.temperature if self.temperature is None else float(self.temperature),
-                            base.top_p if self.top_p is None else float(self.top_p),
-                            base.k if self.k is None else int(self.k),
+        return EvalProtocol(float(self.temperature), float(self.top_p), int(self.k),
                             f"validation.protocol {self.protocol!r}" if self.protocol else "validation fields")
 
 

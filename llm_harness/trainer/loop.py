@@ -569,7 +569,7 @@ class Trainer:
         from llm_harness.trainer.evaluation import evaluate_policy
 
         v = self.cfg.validation
-        sp = v.sampling()  # the protocol's values under the fields set explicitly
+        sp = v.sampling()  # k, temperature, top_p in force (a protocol fills the unset ones)
         if self.validation_problems is None:
             self.validation_problems = list(self.task.problems(self.task.check_split(v.split)))[: v.n_problems]
         embedder = getattr(self, "_validation_embedder", None)  # built once (minilm loads a model)

@@ -30,8 +30,10 @@ from vsr.config_io import from_dict, to_dict
 def test_protocols_are_the_papers_numbers(name, t, p, k):
     pr = get_protocol(name)
     assert (pr.temperature, pr.top_p, pr.k) == (t, p, k)
-    v = ValidationConfig(protocol=name).sampling()
-    assert (v.temperature, v.top_p, v.k) == (t, p, k)
+    v = ValidationConfig(protocol=name)
+    assert (v.temperature, v.top_p, v.k) == (t, p, k)  # the fields hold the values in force
+    s = v.sampling()
+    assert (s.temperature, s.top_p, s.k) == (t, p, k)
 
 
 def test_protocol_fills_only_unset_fields_and_refuses_disagreement():
@@ -62,9 +64,11 @@ def test_protocol_config_round_trips_through_a_file_mapping():
     s = cfg.validation.sampling()
     assert (s.temperature, s.top_p, s.k) == (0.6, 0.8, 8)
     assert from_dict(TrainConfig, to_dict(cfg)) == cfg
-    # a protocol named on top of a file that left the sampling unset (``vsr train --config F --validation.protocol``)
-    over = replace(from_dict(TrainConfig, {}).validation, protocol="extra")
-    assert over.sampling().temperature == 0.7
+    # a protocol named on top of a built config that has other values in force is refused, not silently applied
+    with pytest.raises(ValueError, match=r"^temperature: 1.0 disagrees with protocol 'extra'"):
+        replace(from_dict(TrainConfig, {}).validation, protocol="extra")
+    over = replace(from_dict(TrainConfig, {}).validation, protocol="extra", temperature=None, top_p=None, k=None)
+    assert (over.temperature, over.top_p, over.k) == (0.7, 0.9, 16)
     with pytest.raises(ValueError, match=r"^validation\.top_p"):
         from_dict(TrainConfig, {"validation": {"protocol": "replay", "top_p": 0.9}})
 
