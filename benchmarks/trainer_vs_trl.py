@@ -75,7 +75,7 @@ from vsr.config_io import save_config
 CONTENDERS = {
     "ours": "this trainer (defaults)",
     "ours_no_filter": "this trainer, zero-variance groups kept (as TRL)",
-    "ours_static": "this trainer, HF backend with static_decode (llm_harness/backends/static_decode.py)",
+    "ours_static": "this trainer with run.static_decode (llm_harness/backends/static_decode.py)",
     "trl": "TRL GRPOTrainer",
 }
 #: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
@@ -322,16 +322,10 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
         run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}"), checkpoint_every=0,
-                      progress=False),
+                      progress=False, static_decode=static),
     )
     rec = Recorder()
-    if static:
-        from llm_harness.backends import HFBackend, HFBackendConfig
-
-        backend = HFBackend(model, tok, config=HFBackendConfig(max_batch_sequences=256, pad_token_id=tok.pad_token_id,
-                                                               static_decode=True))
-    else:
-        backend = build_backend(model, tok, tcfg)
+    backend = build_backend(model, tok, tcfg)
     decode = [0.0]
     real_generate = backend.generate
 

@@ -337,6 +337,10 @@ class RunConfig:
     """``online``, ``offline`` (write locally, sync later) or ``disabled``."""
     num_threads: int = 0
     """torch CPU threads (0: leave torch's default)."""
+    static_decode: bool = False
+    """HF backend: decode over a preallocated KV cache with a plain-tensor Qwen2 step
+    (``HFBackendConfig.static_decode``; Qwen2-family models only). Same samples up to float rounding
+    (rare near ties can differ); a speed option, so a resume may change it."""
     stop_after: int = 0
     """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
     testing resume."""
@@ -347,6 +351,8 @@ class RunConfig:
         check_number("checkpoint_every", self.checkpoint_every, 0, integer=True)
         check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
         check_number("num_threads", self.num_threads, 0, integer=True)
+        if not isinstance(self.static_decode, bool):
+            raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         check_number("stop_after", self.stop_after, 0, integer=True)
 

@@ -95,3 +95,25 @@ def test_unsupported_models_are_refused():
     assert "gpt2" in supports(tiny_gpt2(50))
     with pytest.raises(ValueError, match="static_decode: not available"):
         HFBackend(tiny_gpt2(50), config=HFBackendConfig(pad_token_id=0, static_decode=True))
+
+
+def test_training_with_static_decode_logs_the_same_metrics(tmp_path):
+    """Three GRPO steps on a random tiny Qwen2: every non-timing metric equal with ``run.static_decode``."""
+    from dataclasses import replace
+
+    from llm_harness.trainer.runlog import is_timing_key
+    from llm_harness.trainer.testing import make_trainer, tiny_config
+
+    torch.set_num_threads(1)
+    rows = {}
+    for static in (False, True):
+        run = replace(tiny_config(str(tmp_path / f"r{static}")).run, static_decode=static)
+        tr = make_trainer(str(tmp_path / f"r{static}"), run=run)
+        assert tr.backend.config.static_decode is static
+        try:
+            rows[static] = [{k: (None if isinstance(v, float) and v != v else v)  # NaN -> None (NaN != NaN)
+                             for k, v in tr.train_step().items() if not is_timing_key(k)} for _ in range(3)]
+        finally:
+            tr.close()
+    assert rows[True] == rows[False]
+    assert sum(r["gen_new_tokens"] for r in rows[True]) > 0 and any(r["optimizer_steps"] > 0 for r in rows[True])
