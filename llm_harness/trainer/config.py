@@ -285,23 +285,9 @@ class ValidationConfig:
     def __post_init__(self) -> None:
         check_number("every", self.every, 0, integer=True)
         check_number("n_problems", self.n_problems, 1, integer=True)
-        defaults = {"k": 4, "temperature": 1.0, "top_p": 1.0}
-        if self.protocol:
-            from llm_harness.trainer.eval_protocols import get_protocol
+        from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
 
-            proto = get_protocol(self.protocol, "protocol")
-            for name in ("temperature", "top_p"):
-                v, want = getattr(self, name), getattr(proto, name)
-                if v is not None and v != want:
-                    raise ValueError(f"{name}: {v!r} disagrees with protocol {self.protocol!r} ({name} {want}); "
-                                     f"leave it unset (null) or drop the protocol")
-            defaults = {"k": proto.k, "temperature": proto.temperature, "top_p": proto.top_p}
-        for name, d in defaults.items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, d)
-        check_number("k", self.k, 1, integer=True)
-        check_number("temperature", self.temperature, 0, lo_open=True)
-        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        resolve_sampling(self, EvalProtocol(1.0, 1.0, 4, "validation defaults"))
         check_number("logdet_alpha", self.logdet_alpha, 0, lo_open=True)
         from llm_harness.methods.embedders import EMBEDDERS
 
@@ -420,12 +406,15 @@ class EvalConfig:
     """Split to evaluate."""
     n_problems: int = 200
     """First problems of the split."""
-    k: int = 8
-    """Samples per problem."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    top_p: float = 1.0
-    """Nucleus mass."""
+    protocol: str = ""
+    """A paper's evaluation protocol (``llm_harness.trainer.eval_protocols.EVAL_PROTOCOLS``; as
+    ``validation.protocol``): fills ``k``, ``temperature``, ``top_p`` where unset; "" = k 8, T 1, top-p 1."""
+    k: int | None = None
+    """Samples per problem (unset: the protocol's, else 8)."""
+    temperature: float | None = None
+    """Sampling temperature (unset: the protocol's, else 1)."""
+    top_p: float | None = None
+    """Nucleus mass (unset: the protocol's, else 1)."""
     max_new_tokens: int = 64
     """Response budget."""
     seed: int = 0
@@ -446,9 +435,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_number("n_problems", self.n_problems, 1, integer=True)
-        check_number("k", self.k, 1, integer=True)
-        check_number("temperature", self.temperature, 0, lo_open=True)
-        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
+
+        resolve_sampling(self, EvalProtocol(1.0, 1.0, 8, "eval defaults"))
         check_number("max_new_tokens", self.max_new_tokens, 1, integer=True)
         check_number("seed", self.seed, 0, integer=True)
         check_number("window", self.window, 0, integer=True)

@@ -1,7 +1,8 @@
 """The papers' evaluation protocols as named presets (SPEC §3.6): sampling temperature, nucleus mass, samples.
 
 ``EVAL_PROTOCOLS`` (a :class:`vsr.registry.Registry`) maps a name to an :class:`EvalProtocol`;
-``validation.protocol`` (:class:`llm_harness.trainer.config.ValidationConfig`) names one, and the
+``validation.protocol`` (:class:`llm_harness.trainer.config.ValidationConfig`) and ``vsr eval --protocol``
+(``EvalConfig``) name one (:func:`resolve_sampling` fills the unset fields), and the
 comparison suites set it per suite. Entries, as SPEC §3.6 states them:
 
 * ``replay`` — Replay's MATH-500 protocol: T 0.6, top-p 0.8, k = 8;
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from vsr.checks import check_number
 from vsr.registry import Registry
 
-__all__ = ["EVAL_PROTOCOLS", "EvalProtocol", "get_protocol"]
+__all__ = ["EVAL_PROTOCOLS", "EvalProtocol", "get_protocol", "resolve_sampling"]
 
 
 @dataclass(frozen=True)
@@ -56,3 +57,27 @@ EVAL_PROTOCOLS: Registry[EvalProtocol] = Registry("evaluation protocol", {
 def get_protocol(name: str, where: str = "protocol") -> EvalProtocol:
     """The protocol registered as ``name`` (ValueError naming ``where`` and the known names otherwise)."""
     return EVAL_PROTOCOLS.lookup(name, where)
+
+
+def resolve_sampling(cfg: object, defaults: EvalProtocol) -> None:
+    """Fill the unset (None) ``k`` / ``temperature`` / ``top_p`` of a frozen config in place from its
+    ``protocol`` (a name of :data:`EVAL_PROTOCOLS`, or "" for ``defaults``).
+
+    A set ``temperature`` or ``top_p`` that disagrees with the protocol raises ValueError naming the
+    field; ``k`` may differ (the sample budget). Used by ``ValidationConfig`` and ``EvalConfig``.
+    """
+    name = getattr(cfg, "protocol")
+    base = defaults
+    if name:
+        base = get_protocol(name, "protocol")
+        for field in ("temperature", "top_p"):
+            v, want = getattr(cfg, field), getattr(base, field)
+            if v is not None and v != want:
+                raise ValueError(f"{field}: {v!r} disagrees with protocol {name!r} ({field} {want}); "
+                                 f"leave it unset (null) or drop the protocol")
+    for field in ("k", "temperature", "top_p"):
+        if getattr(cfg, field) is None:
+            object.__setattr__(cfg, field, getattr(base, field))
+    check_number("k", getattr(cfg, "k"), 1, integer=True)
+    check_number("temperature", getattr(cfg, "temperature"), 0, lo_open=True)
+    check_number("top_p", getattr(cfg, "top_p"), 0, 1, lo_open=True)

@@ -73,6 +73,19 @@ def test_protocol_config_round_trips_through_a_file_mapping():
         from_dict(TrainConfig, {"validation": {"protocol": "replay", "top_p": 0.9}})
 
 
+def test_vsr_eval_takes_the_same_protocols():
+    from llm_harness.trainer.config import EvalConfig
+
+    e = EvalConfig(protocol="replay")
+    assert (e.temperature, e.top_p, e.k) == (0.6, 0.8, 8)
+    d = EvalConfig()
+    assert (d.temperature, d.top_p, d.k) == (1.0, 1.0, 8)  # the defaults before protocols existed
+    with pytest.raises(ValueError, match=r"^top_p: 0.95 disagrees with protocol 'vsr'"):
+        EvalConfig(protocol="vsr", top_p=0.95)
+    with pytest.raises(ValueError, match=r"^k: must be >= 1"):
+        EvalConfig(k=0)
+
+
 # ----------------------------------------------------------------------------- evaluate_policy on fixed samples
 
 
