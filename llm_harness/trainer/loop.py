@@ -556,13 +556,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation and run
 
-    def validate(self) -> dict[str, float]:
+    def validate(self) -> dict[str, float | None]:
         """Periodic held-out evaluation (``config.validation``; :func:`~llm_harness.trainer.evaluation.evaluate_policy`).
 
         Scalars: ``val_avg_at_{k}``; ``val_pass_at_{j}`` for every j = 1..k; ``val_length_mean`` /
         ``val_length_correct`` / ``val_length_incorrect``; ``val_distinct_4``, ``val_self_bleu_4`` and
         ``val_logdet`` (embedder ``validation.diversity_embedder``). A metric undefined on this
-        evaluation (no correct sample, no 4-gram, k = 1) is NaN. AES needs a reference run and is
+        evaluation (no correct sample, no 4-gram, k = 1) is None, as ``metrics.jsonl`` stores a
+        non-finite value, so the row is strict JSON as returned. AES needs a reference run and is
         computed by the comparison report from ``val_length_mean`` and ``val_avg_at_{k}``.
         """
         from llm_harness.methods.embedders import build_embedder
@@ -585,7 +586,7 @@ class Trainer:
         for j, val in res["pass_at"].items():
             out[f"val_pass_at_{j}"] = val
         for key in ("length_mean", "length_correct", "length_incorrect", "distinct_4", "self_bleu_4", "logdet"):
-            out[f"val_{key}"] = float("nan") if res[key] is None else float(res[key])
+            out[f"val_{key}"] = None if res[key] is None else float(res[key])
         return out
 
     def _wandb_init(self) -> dict[str, Any] | None:
