@@ -15,7 +15,11 @@ Sampling loop (own loop, not ``model.generate``, so behaviour log-probs are exac
    (``Cache.batch_repeat_interleave``): ``n`` samples of one state share one prefill instead of
    ``n`` separate prefills (``model.generate(num_return_sequences=n)`` copies the prompt first).
 3. Decode step by step with the cache; each step draws from ``q`` (protocol.py) with one seeded
-   ``torch.Generator`` and records ``log q`` of the drawn token.
+   ``torch.Generator`` and records ``log q`` of the drawn token. With ``static_decode`` (opt-in,
+   Qwen2-family models) the prefilled cache is copied into preallocated tensors and each step runs
+   :class:`~llm_harness.backends.static_decode.StaticQwen2Decoder` instead of the HF forward (no
+   per-token ``torch.cat`` of the cache, no module dispatch); logits equal the HF step's up to float
+   rounding.
 4. Finished rows (stop token seen) are dropped from the cache once a fraction
    ``compact_fraction`` of the live rows has finished, and the loop exits as soon as every row
    has finished (**early exit**).
@@ -76,6 +80,10 @@ class HFBackendConfig:
     share_prefix: bool = False
     """Prefill the token prefix common to all states of a micro-batch once (module doc, step 1);
     off by default (bit-identical sampling to the unshared path)."""
+    static_decode: bool = False
+    """Decode over a preallocated KV cache with the model's weights as plain tensor calls
+    (:mod:`llm_harness.backends.static_decode`; Qwen2-family models only, refused otherwise); logits
+    equal the HF step's up to float rounding, so samples can differ in rare near ties. Off by default."""
     score_max_batch_tokens: int = 16384
     """Padded tokens per scoring forward pass (rows x longest sequence)."""
     score_chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -169,6 +177,12 @@ class HFBackend:
         )
         self.pad_token_id = self._resolve_pad(config.pad_token_id, tokenizer, cfg)
         self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+        if config.static_decode:
+            from llm_harness.backends.static_decode import supports
+
+            why = supports(model)
+            if why is not None:
+                raise ValueError(f"static_decode: not available for this model ({why}); set it to false")
         if config.verify_head:
             self._check_head()
 
@@ -337,6 +351,12 @@ class HFBackend:
             next_pos = next_pos.repeat_interleave(n, dim=0)
         rows = b * n
         t_max = sampling.max_new_tokens
+        fast = None
+        if self.config.static_decode:
+            from llm_harness.backends.static_decode import StaticQwen2Decoder
+
+            fast = StaticQwen2Decoder.from_cache(self.model, cache, t_max)
+            cache = None
         out_tok = torch.zeros((rows, t_max), dtype=torch.long, device=dev)
         out_lp = torch.zeros((rows, t_max), dtype=torch.float32, device=dev)
         length = torch.zeros(rows, dtype=torch.long, device=dev)
@@ -362,13 +382,19 @@ class HFBackend:
                 break  # early exit: every sequence has finished
             if n_done > 0 and n_done >= self.config.compact_fraction * done.shape[0]:
                 keep = torch.nonzero(~done).squeeze(-1)
-                cache.batch_select_indices(keep)
+                if fast is not None:
+                    fast.select(keep)
+                else:
+                    cache.batch_select_indices(keep)
                 mask, next_pos, row_of, tok = mask[keep], next_pos[keep], row_of[keep], tok[keep]
                 done = done[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            hidden, cache = self._decode(tok[:, None], mask, next_pos[:, None], cache)
+            if fast is not None:
+                logits = self._logits(fast.step(tok, next_pos, mask))
+            else:
+                hidden, cache = self._decode(tok[:, None], mask, next_pos[:, None], cache)
+                logits = self._logits(hidden[:, -1])
             next_pos = next_pos + 1
-            logits = self._logits(hidden[:, -1])
         tok_np, lp_np = out_tok.cpu().numpy(), out_lp.cpu().numpy()
         len_np, stop_np = length.cpu().numpy(), stopped.cpu().numpy()
         out: list[list[Sample]] = []

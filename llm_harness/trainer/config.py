@@ -10,9 +10,12 @@ does not repeat them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from vsr.checks import check_number
+
+if TYPE_CHECKING:
+    from llm_harness.trainer.eval_protocols import EvalProtocol
 
 __all__ = [
     "AgentConfig",
@@ -253,7 +256,7 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    """Periodic held-out evaluation during training."""
+    """Periodic held-out evaluation during training (metrics: ``Trainer.validate``)."""
 
     every: int = 0
     """Evaluate every this many steps (0: never during training; the final step is evaluated
@@ -262,19 +265,45 @@ class ValidationConfig:
     """Split evaluated."""
     n_problems: int = 64
     """First problems of the split used."""
-    k: int = 4
-    """Samples per problem (avg@k, pass@k)."""
-    temperature: float = 1.0
-    """Sampling temperature of the evaluation."""
-    top_p: float = 1.0
-    """Nucleus mass of the evaluation."""
+    protocol: str = ""
+    """A paper's evaluation protocol (registry ``llm_harness.trainer.eval_protocols.EVAL_PROTOCOLS``:
+    ``replay``, ``replay_aime``, ``extra``, ``vsr``): fills ``k``, ``temperature`` and ``top_p`` where they
+    are left unset (null); a ``temperature`` or ``top_p`` that disagrees with it is refused, ``k`` may
+    differ (the sample budget). Empty: no protocol (k 4, T 1, top-p 1 where unset). After construction
+    the three fields hold the values in force, so a config that already has them (a loaded file, a
+    ``replace`` of a built config) takes a protocol only if they agree with it: name the protocol in
+    the file, or set them to null with it."""
+    k: int | None = None
+    """Samples per problem (avg@k, pass@j for j = 1..k); unset: the protocol's, else 4."""
+    temperature: float | None = None
+    """Sampling temperature of the evaluation; unset: the protocol's, else 1."""
+    top_p: float | None = None
+    """Nucleus mass of the evaluation; unset: the protocol's, else 1."""
+    diversity_embedder: str = "ngram4"
+    """Embedder of the LogDet diversity (registry ``llm_harness.methods.embedders.EMBEDDERS``). Default
+    ``ngram4``: hashed token-4-gram counts, offline and the same for every run, so values compare across
+    methods and steps (the paper uses MiniLM sentence embeddings: ``minilm``, needs the ``embed`` extra).
+    ``policy_hidden`` embeds with the policy being trained, so its values drift with training."""
+    logdet_alpha: float = 1.0
+    """α of LogDet ``log det(I + α K)`` (ExTra does not state it)."""
 
     def __post_init__(self) -> None:
         check_number("every", self.every, 0, integer=True)
         check_number("n_problems", self.n_problems, 1, integer=True)
-        check_number("k", self.k, 1, integer=True)
-        check_number("temperature", self.temperature, 0, lo_open=True)
-        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
+
+        resolve_sampling(self, EvalProtocol(1.0, 1.0, 4, "validation defaults"))
+        check_number("logdet_alpha", self.logdet_alpha, 0, lo_open=True)
+        from llm_harness.methods.embedders import EMBEDDERS
+
+        EMBEDDERS.check(self.diversity_embedder, "diversity_embedder")
+
+    def sampling(self) -> EvalProtocol:
+        """The evaluation sampling in force as an ``EvalProtocol`` (temperature, top_p, k, source)."""
+        from llm_harness.trainer.eval_protocols import EvalProtocol
+
+        return EvalProtocol(float(self.temperature), float(self.top_p), int(self.k),
+                            f"validation.protocol {self.protocol!r}" if self.protocol else "validation fields")
 
 
 @dataclass(frozen=True)
@@ -299,6 +328,10 @@ class RunConfig:
     """``online``, ``offline`` (write locally, sync later) or ``disabled``."""
     num_threads: int = 0
     """torch CPU threads (0: leave torch's default)."""
+    static_decode: bool = False
+    """HF backend: decode over a preallocated KV cache with a plain-tensor Qwen2 step
+    (``HFBackendConfig.static_decode``; Qwen2-family models only). Same samples up to float rounding
+    (rare near ties can differ); a speed option, so a resume may change it."""
     stop_after: int = 0
     """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
     testing resume."""
@@ -309,6 +342,8 @@ class RunConfig:
         check_number("checkpoint_every", self.checkpoint_every, 0, integer=True)
         check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
         check_number("num_threads", self.num_threads, 0, integer=True)
+        if not isinstance(self.static_decode, bool):
+            raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         check_number("stop_after", self.stop_after, 0, integer=True)
 
@@ -376,12 +411,15 @@ class EvalConfig:
     """Split to evaluate."""
     n_problems: int = 200
     """First problems of the split."""
-    k: int = 8
-    """Samples per problem."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    top_p: float = 1.0
-    """Nucleus mass."""
+    protocol: str = ""
+    """A paper's evaluation protocol (``llm_harness.trainer.eval_protocols.EVAL_PROTOCOLS``; as
+    ``validation.protocol``): fills ``k``, ``temperature``, ``top_p`` where unset; "" = k 8, T 1, top-p 1."""
+    k: int | None = None
+    """Samples per problem (unset: the protocol's, else 8)."""
+    temperature: float | None = None
+    """Sampling temperature (unset: the protocol's, else 1)."""
+    top_p: float | None = None
+    """Nucleus mass (unset: the protocol's, else 1)."""
     max_new_tokens: int = 64
     """Response budget."""
     seed: int = 0
@@ -402,9 +440,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_number("n_problems", self.n_problems, 1, integer=True)
-        check_number("k", self.k, 1, integer=True)
-        check_number("temperature", self.temperature, 0, lo_open=True)
-        check_number("top_p", self.top_p, 0, 1, lo_open=True)
+        from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
+
+        resolve_sampling(self, EvalProtocol(1.0, 1.0, 8, "eval defaults"))
         check_number("max_new_tokens", self.max_new_tokens, 1, integer=True)
         check_number("seed", self.seed, 0, integer=True)
         check_number("window", self.window, 0, integer=True)

@@ -28,7 +28,10 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
 
     name = cfg.model.backend
     pad = getattr(tokenizer, "pad_token_id", None)
-    hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad))
+    run = getattr(cfg, "run", None)  # EvalConfig has no run section
+    static = bool(getattr(run, "static_decode", False)) and name == "hf"
+    hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad,
+                                                            static_decode=static))
     if name == "hf":
         return hf
     from llm_harness.backends import VLLMBackendConfig

@@ -8,7 +8,8 @@ evaluations that share a seed (the test bed passes its split name). Two summarie
 
 * :func:`evaluate_policy` — periodic validation during training and ``vsr eval``
   (:func:`llm_harness.trainer.entry.evaluate`): a JSON-ready dict of metrics from
-  ``theory.metrics`` (``avg_at_k``, ``pass_at_k_table``, ``distinct_n``, ``aes``);
+  ``theory.metrics`` (``avg_at_k``, ``pass_at_k_table``, ``distinct_n``, ``self_bleu``,
+  ``logdet_diversity``, ``aes``);
 * ``llm_harness.testbed.evaluate`` — ``vsr testbed eval`` and the checkpoint cards: accuracy by
   number of terms with confidence intervals.
 """
@@ -24,10 +25,11 @@ import numpy as np
 from llm_harness.tasks import Problem
 from llm_harness.trainer.data import StartState, completion_ids
 from llm_harness.trainer.rollout import sample_groups
-from theory.metrics import aes, avg_at_k, distinct_n, pass_at_k_table, self_bleu
+from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu
 from vsr.seeding import derive_seed
 
-__all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify"]
+__all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify",
+           "validation_aes"]
 
 #: Role key of the evaluation streams in :func:`vsr.seeding.derive_seed`.
 EVAL_STREAM = 0xE7A1
@@ -117,19 +119,34 @@ def evaluate_policy(
     seed: int = 0,
     chunk_sequences: int = 256,
     reference: dict[str, Any] | None = None,
+    embedder: Any = None,
+    logdet_alpha: float = 1.0,
 ) -> dict[str, Any]:
     """Sample ``k`` completions of every problem (:func:`sample_and_verify`) and summarise.
 
-    Keys: ``avg_at_k``, ``pass_at`` ({j: pass@j} for j = 1, 2, 4, ..., k), ``by_difficulty`` (rows of
-    difficulty, n, avg@k, pass@k), ``length_mean`` / ``length_correct`` / ``length_incorrect`` (mean
-    new tokens), ``distinct_4`` / ``self_bleu_4`` (means over problems, on token ids), ``n_problems``,
-    ``k``, and ``aes`` against ``reference`` when given (SPEC §1.5).
+    Keys: ``avg_at_k``, ``pass_at`` ({j: unbiased pass@j} for every j = 1..k), ``by_difficulty`` (rows
+    of difficulty, n, avg@k, pass@k), ``length_mean`` / ``length_correct`` / ``length_incorrect`` (mean
+    new tokens, stop token included, over all samples / the correct / the incorrect ones),
+    ``distinct_4`` / ``self_bleu_4`` (means over problems, on token ids; Self-BLEU needs k >= 2),
+    ``logdet`` (mean over problems of ``log det(I + logdet_alpha K)``, K the cosine kernel of the k
+    responses' ``embedder`` vectors; k >= 2), ``logdet_embedder`` (its name), ``n_problems``, ``k``, and
+    ``aes`` against ``reference`` when given (SPEC §1.5). Problems a diversity metric is undefined on
+    (no 4-gram; a response whose embedding is zero) are left out of that metric's mean, and the metric
+    is None when none is left.
+
+    ``embedder``: an :class:`llm_harness.methods.embedders.Embedder` (``embed(prompts, solutions)``);
+    None: hashed token-4-gram counts (``NGramEmbedder``, the ``ngram4`` entry) — offline, identical for
+    every run, not the paper's sentence embeddings.
     """
+    from llm_harness.methods.embedders import NGramEmbedder
+
     ev = sample_and_verify(backend, codec, task, verifier, problems, k=k, temperature=temperature, top_p=top_p,
                            max_new_tokens=max_new_tokens, seed=seed, chunk_sequences=chunk_sequences)
     correct, lengths = ev.correct, ev.lengths
-    distinct, sbleu = [], []
-    for samples in ev.token_ids:
+    emb = embedder if embedder is not None else NGramEmbedder(4, 2048)
+    prompts = [list(codec.encode(task.render_prompt(p, getattr(codec, "tokenizer", None)))) for p in problems]
+    distinct, sbleu, logdets = [], [], []
+    for i, samples in enumerate(ev.token_ids):
         seqs = [list(t) for t in samples]
         try:
             distinct.append(distinct_n(seqs, 4))
@@ -140,8 +157,11 @@ def evaluate_policy(
                 sbleu.append(self_bleu(seqs, 4))
             except ValueError:
                 pass
-    ks = sorted({1, k} | {2**e for e in range(1, 8) if 2**e < k})
-    table = pass_at_k_table(correct, ks)
+            try:
+                logdets.append(logdet_diversity(emb.embed([prompts[i]] * len(seqs), seqs), logdet_alpha))
+            except ValueError:
+                pass  # a zero embedding has no cosine
+    table = pass_at_k_table(correct, range(1, k + 1))
     by = defaultdict(list)
     for i, p in enumerate(problems):
         by[p.difficulty].append(i)
@@ -166,10 +186,31 @@ def evaluate_policy(
         "length_incorrect": float(lengths[~c].mean()) if (~c).any() else None,
         "distinct_4": float(np.mean(distinct)) if distinct else None,
         "self_bleu_4": float(np.mean(sbleu)) if sbleu else None,
+        "logdet": float(np.mean(logdets)) if logdets else None,
+        "logdet_embedder": getattr(emb, "name", "") or type(emb).__name__,
     }
     if reference is not None and reference.get("avg_at_k"):
         out["aes"] = float(aes(out["length_mean"], out["avg_at_k"], reference["length_mean"], reference["avg_at_k"]))
     return out
+
+
+def validation_aes(metrics: dict[str, Any], reference: dict[str, Any], k: int) -> float:
+    """AES (SPEC §1.5; Replay §6.1) of one run's validation row against a reference run's (GRPO at the
+    same step, for the comparison tables): ``aes(L, A, L_ref, A_ref)`` with ``L = val_length_mean`` and
+    ``A = val_avg_at_{k}`` of :meth:`llm_harness.trainer.loop.Trainer.validate`. ValueError naming a
+    missing or non-finite key, or a reference accuracy of 0 (AES divides by it)."""
+    keys = ("val_length_mean", f"val_avg_at_{k}")
+    vals = {}
+    for who, row in (("metrics", metrics), ("reference", reference)):
+        for key in keys:
+            v = row.get(key)
+            if v is None or not np.isfinite(float(v)):
+                raise ValueError(f"{who}: {key} missing or not finite ({v!r}); was it validated with k = {k}?")
+            vals[who, key] = float(v)
+    if vals["reference", keys[1]] == 0 or vals["reference", keys[0]] == 0:
+        raise ValueError(f"reference: AES is undefined for a reference with accuracy or length 0 ({keys})")
+    return float(aes(vals["metrics", keys[0]], vals["metrics", keys[1]], vals["reference", keys[0]],
+                     vals["reference", keys[1]]))
 
 
 def format_eval_markdown(res: dict[str, Any]) -> str:
@@ -186,7 +227,8 @@ def format_eval_markdown(res: dict[str, Any]) -> str:
     lines += ["", "| difficulty | n | avg@k | pass@k |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['difficulty']} | {r['n']} | {r['avg_at_k']:.4f} | {r['pass_at_k']:.4f} |" for r in res["by_difficulty"]]
     lines += ["", f"mean length: {res['length_mean']:.1f} (correct {res['length_correct']}, incorrect {res['length_incorrect']})",
-              f"distinct-4: {res['distinct_4']}, self-BLEU-4: {res['self_bleu_4']}"]
+              f"distinct-4: {res['distinct_4']}, self-BLEU-4: {res['self_bleu_4']}, "
+              f"LogDet ({res.get('logdet_embedder')}): {res.get('logdet')}"]
     if "aes" in res:
         lines.append(f"AES vs reference: {res['aes']:.4f}")
     return "\n".join(lines) + "\n"

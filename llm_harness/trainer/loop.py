@@ -561,22 +561,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation and run
 
-    def validate(self) -> dict[str, float]:
-        """Periodic held-out evaluation (``config.validation``)."""
+    def validate(self) -> dict[str, float | None]:
+        """Periodic held-out evaluation (``config.validation``; :func:`~llm_harness.trainer.evaluation.evaluate_policy`).
+
+        Scalars: ``val_avg_at_{k}``; ``val_pass_at_{j}`` for every j = 1..k; ``val_length_mean`` /
+        ``val_length_correct`` / ``val_length_incorrect``; ``val_distinct_4``, ``val_self_bleu_4`` and
+        ``val_logdet`` (embedder ``validation.diversity_embedder``). A metric undefined on this
+        evaluation (no correct sample, no 4-gram, k = 1) is None, as ``metrics.jsonl`` stores a
+        non-finite value, so the row is strict JSON as returned. AES needs a reference run and is
+        computed by the comparison report from ``val_length_mean`` and ``val_avg_at_{k}``.
+        """
+        from llm_harness.methods.embedders import build_embedder
         from llm_harness.trainer.evaluation import evaluate_policy
 
         v = self.cfg.validation
+        sp = v.sampling()  # k, temperature, top_p in force (a protocol fills the unset ones)
         if self.validation_problems is None:
             self.validation_problems = list(self.task.problems(self.task.check_split(v.split)))[: v.n_problems]
+        embedder = getattr(self, "_validation_embedder", None)  # built once (minilm loads a model)
+        if embedder is None:
+            embedder = build_embedder(v.diversity_embedder, {}, self.ctx, "validation.diversity_embedder")
+            self._validation_embedder = embedder
         res = evaluate_policy(
             self.backend, self.codec, self.task, self.ctx.verifier, self.validation_problems,
-            k=v.k, temperature=v.temperature, top_p=v.top_p, max_new_tokens=self.cfg.rollout.max_new_tokens,
-            seed=derive_seed(self.cfg.seed, 0x7A1, 0),
+            k=sp.k, temperature=sp.temperature, top_p=sp.top_p, max_new_tokens=self.cfg.rollout.max_new_tokens,
+            seed=derive_seed(self.cfg.seed, 0x7A1, 0), embedder=embedder, logdet_alpha=v.logdet_alpha,
         )
-        out = {f"val_avg_at_{v.k}": res["avg_at_k"]}
+        out = {f"val_avg_at_{sp.k}": res["avg_at_k"]}
         for j, val in res["pass_at"].items():
             out[f"val_pass_at_{j}"] = val
-        out["val_length_mean"] = res["length_mean"]
+        for key in ("length_mean", "length_correct", "length_incorrect", "distinct_4", "self_bleu_4", "logdet"):
+            out[f"val_{key}"] = None if res[key] is None else float(res[key])
         return out
 
     def _wandb_init(self) -> dict[str, Any] | None:
