@@ -129,18 +129,28 @@ class Job:
     run_dir: str
     mapping: dict = field(hash=False)
 
+    def resolved(self) -> dict[str, Any]:
+        """The run's configuration with every default filled in (``to_dict`` of its TrainConfig)."""
+        from llm_harness.trainer.config import TrainConfig
+        from vsr.config_io import from_dict, to_dict
+
+        return to_dict(from_dict(TrainConfig, self.mapping, where=f"{self.regime}/{self.method}"))
+
+    def pool_sha256(self) -> str | None:
+        """sha256 of the prompt-pool file the run trains on (None without one, or before it exists)."""
+        from llm_harness.trainer.pool import pool_digest
+
+        pool = (self.mapping.get("task") or {}).get("pool")
+        return pool_digest(pool) if pool and Path(pool).is_file() else None
+
     @property
     def fingerprint(self) -> str:
         """Hash of the *resolved* run config (a changed default, not only a changed file, reruns the job)
         and of the prompt-pool file's bytes when the run trains on one."""
-        from llm_harness.trainer.config import TrainConfig
-        from llm_harness.trainer.pool import pool_digest
-        from vsr.config_io import from_dict, to_dict
-
-        resolved = to_dict(from_dict(TrainConfig, self.mapping, where=f"{self.regime}/{self.method}"))
-        pool = resolved["task"].get("pool")
-        if pool and Path(pool).is_file():
-            resolved["task"]["pool_sha256"] = pool_digest(pool)
+        resolved = self.resolved()
+        sha = self.pool_sha256()
+        if sha:
+            resolved["task"]["pool_sha256"] = sha
         return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -213,12 +223,54 @@ def prepare_pool(cfg: CompareConfig) -> Path | None:
     return path
 
 
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def compatible(stored: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether a finished run's resolved config ``stored`` is the job's ``current`` one up to fields added
+    since at their defaults: every stored field must be unchanged (a changed default reruns the job),
+    every new field must hold ``TrainConfig``'s default (so a new option does not rerun a whole suite)."""
+    from llm_harness.trainer.config import TrainConfig
+    from vsr.config_io import to_dict
+
+    a, b = _flat(stored), _flat(current)
+    if set(a) - set(b):
+        return False
+    defaults = _flat(to_dict(TrainConfig()))
+    norm = lambda v: json.loads(json.dumps(v, default=str))  # noqa: E731 - tuples vs lists, as written to disk
+    for k, v in b.items():
+        if k in a:
+            if norm(a[k]) != norm(v):
+                return False
+        elif k not in defaults or norm(defaults[k]) != norm(v):
+            return False
+    return True
+
+
 def _done(job: Job) -> bool:
+    """A finished ``done.json`` for this job: the same fingerprint, or (written before a config field was
+    added) the same resolved config up to new fields at their defaults and the same pool bytes."""
     p = Path(job.run_dir) / "done.json"
     if not p.is_file():
         return False
     try:
-        return json.loads(p.read_text()).get("fingerprint") == job.fingerprint
+        info = json.loads(p.read_text())
+        if info.get("fingerprint") == job.fingerprint:
+            return True
+        stored = info.get("config")
+        if stored is None and (Path(job.run_dir) / "config.yaml").is_file():
+            from vsr.config_io import read_mapping
+
+            stored = read_mapping(Path(job.run_dir) / "config.yaml")  # the trainer's resolved config
+        if stored is None or info.get("pool_sha256", job.pool_sha256()) != job.pool_sha256():
+            return False
+        return compatible(stored, job.resolved())
     except (OSError, ValueError):
         return False
 
@@ -258,6 +310,8 @@ def _execute(job: Job) -> dict[str, Any]:
 
         out["rc"] = int(train(cfg))
     out["wall_s"] = time.perf_counter() - t0
+    out["config"] = job.resolved()
+    out["pool_sha256"] = job.pool_sha256()
     write_json(d / "done.json", out)
     return out
 

@@ -215,3 +215,31 @@ def test_assumptions_section_names_the_first_broken_link(tmp_path):
     assert "0.60 vs 0.20" in vsr_row and "(3) the gain on the pool does not detectably transfer" in vsr_row
     uni_row = next(x for x in text.splitlines() if x.startswith("| VSR w/o scoring |"))
     assert "(1) replayed groups are not more often mixed (0.10 vs 0.20)" in uni_row
+
+
+def test_a_finished_run_stays_done_when_a_field_is_added_at_its_default_but_not_when_a_value_changes(tmp_path):
+    from llm_harness.compare.runner import _done, compatible
+    from vsr.config_io import to_dict
+
+    job = next(j for j in plan_jobs(CompareConfig(out=tmp_path, seeds=1, steps=2)) if j.method == "grpo")
+    cur = job.resolved()
+    assert compatible(cur, cur)
+    older = json.loads(json.dumps(cur))
+    del older["validation"]["top_p"]  # a run from before `validation.top_p` existed (default 1.0, and the job uses 1.0)
+    assert cur["validation"]["top_p"] == to_dict(TrainConfig())["validation"]["top_p"]
+    assert compatible(older, cur)
+    changed = json.loads(json.dumps(cur))
+    changed["algo"]["std_ddof"] = 0  # a changed default: the run must be redone
+    assert not compatible(changed, cur)
+    del older["algo"]["std_ddof"]
+    cur2 = json.loads(json.dumps(cur))
+    cur2["algo"]["std_ddof"] = 0  # a new field away from its default
+    assert not compatible(older, cur2)
+    d = Path(job.run_dir)
+    d.mkdir(parents=True)
+    (d / "done.json").write_text(json.dumps({"fingerprint": "stale", "rc": 0, "config": older}))
+    assert _done(job)
+    (d / "done.json").write_text(json.dumps({"fingerprint": "stale", "rc": 0, "config": changed}))
+    assert not _done(job)
+    (d / "done.json").write_text(json.dumps({"fingerprint": "stale", "rc": 0}))
+    assert not _done(job)  # nothing to compare with
