@@ -1,9 +1,10 @@
 """Benchmark: the batched multi-turn engine vs an episode-at-a-time loop (issue 15, "Performance").
 
 Both contenders play the same episodes (the first ``episodes`` evaluation seeds of an environment)
-with the same model through :func:`llm_harness.trainer.multiturn.play_episodes`: **batched** = all
-episodes in one call (one ``backend.generate`` per turn for every active episode), **looped** = one
-call of ``play_episodes`` per episode (one ``generate`` per turn per episode). Reported: turns per
+with the same model through the project's episode runner (:func:`llm_harness.trainer.multiturn.play_episodes`,
+i.e. :func:`llm_harness.envs.episodes.run_episodes`): **batched** = all episodes in one call (one
+``backend.generate`` per turn for every active episode), **looped** = one call per episode (one
+``generate`` per turn per episode). Reported: turns per
 second of each, and the ratio batched / looped as the median over interleaved repeats (A B A B …)
 with its min–max (STYLE rule 13; target ≥ 4× on the test bed). The model is a random Qwen2 shaped like
 the test-bed model (hidden 128, 4 layers) over the text alphabet, or ``--model`` (a saved folder).
@@ -78,14 +79,14 @@ def run(cfg: MultiturnBenchConfig) -> dict:
 
     def batched() -> tuple[float, int]:
         t0 = time.perf_counter()
-        eps, _ = play_episodes(states, seed=cfg.seed, **kw)
-        return time.perf_counter() - t0, sum(len(e.rows) for e in eps)
+        eps = play_episodes(states, seed=cfg.seed, **kw)
+        return time.perf_counter() - t0, sum(e.length for g in eps for e in g)
 
     def looped() -> tuple[float, int]:
         t0, turns = time.perf_counter(), 0
         for s in states:
-            eps, _ = play_episodes([s], seed=cfg.seed, **kw)
-            turns += sum(len(e.rows) for e in eps)
+            eps = play_episodes([s], seed=cfg.seed, **kw)
+            turns += sum(e.length for g in eps for e in g)
         return time.perf_counter() - t0, turns
 
     batched(), looped()  # warm-up

@@ -14,7 +14,8 @@ so the policy trained on demonstrations sees at training time exactly what it se
 only), ``None`` keeps all. The policy's reply continues after ``A:``; for a test-bed agent it is the
 bare action word followed by EOS, for an instruct model anything :func:`~llm_harness.envs.base.parse_action`
 accepts (e.g. ``<action>up</action>``). A turn whose action was invalid is shown with the reply
-the policy gave, so the policy can see its own mistake. A chat template, when the tokenizer has
+the policy gave (as one line of printable characters, :func:`llm_harness.envs.episodes.shown_reply`),
+so the policy can see its own mistake. A chat template, when the tokenizer has
 one, wraps the whole text as one user message (:func:`render_agent_prompt` does not apply it).
 """
 

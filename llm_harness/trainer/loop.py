@@ -563,6 +563,16 @@ class Trainer:
         v = self.cfg.validation
         if self.validation_problems is None:
             self.validation_problems = list(self.task.problems(self.task.check_split(v.split)))[: v.n_problems]
+        if hasattr(self.task, "make_env"):  # agents: success over the fixed evaluation seeds
+            from llm_harness.trainer.multiturn import evaluate_agent
+
+            res = evaluate_agent(self.backend, self.codec, self.task, self.validation_problems, k=v.k, temperature=v.temperature,
+                                 top_p=v.top_p, turn_tokens=self.cfg.agent.turn_tokens, seed=derive_seed(self.cfg.seed, 0x7A1, 0),
+                                 max_turns=self.cfg.agent.max_turns)
+            out = {f"val_avg_at_{v.k}": res["avg_at_k"], **{f"val_pass_at_{j}": x for j, x in res["pass_at"].items()}}
+            out.update({f"val_{key}": res[key] for key in ("success", "ci_low", "ci_high", "length_mean", "turns_mean",
+                                                           "invalid_rate", "return_mean")})
+            return out
         res = evaluate_policy(
             self.backend, self.codec, self.task, self.ctx.verifier, self.validation_problems,
             k=v.k, temperature=v.temperature, top_p=v.top_p, max_new_tokens=self.cfg.rollout.max_new_tokens,

@@ -140,7 +140,8 @@ def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
                                         max_context=300),
                       rollout=RolloutConfig(prompts_per_step=1, group_size=1, max_new_tokens=8, verify_timeout_s=0.0),
                       algo=AlgoConfig(collector="multiturn"), agent=AgentConfig(turn_tokens=5))
-    with pytest.raises(ValueError, match="agent.turn_tokens: a .*-token prompt plus 5 reply tokens exceeds the model context"):
+    with pytest.raises(ValueError, match=r"agent.turn_tokens: the prompt of episode 0 \(seed 10000, turn 0, window None\) has \d+ tokens; with 5 reply "
+                       r"tokens it does not fit the model context of 300"):
         tr.fit()
     tr.close()
 
@@ -219,4 +220,22 @@ def test_static_reset_control_restarts_from_expert_episode_states(tmp_path):
     (s, *_) = v.claim(Step(index=0), 2, tr.ctx).states
     (g,) = multiturn_groups([s], step=0, round=0, ctx=tr.ctx)[0]
     assert g.info["turn"].min() == len(s.history) >= 1 and obs
+    tr.close()
+
+
+def test_validation_of_an_agent_is_success_over_the_fixed_seeds(tmp_path):
+    """``validation.every`` on an env task evaluates episodes (not ``task.verify``): avg@k is the success
+    rate over the first ``n_problems`` evaluation seeds, equal to ``evaluate_agent`` on them."""
+    from llm_harness.trainer.config import ValidationConfig
+    from llm_harness.trainer.multiturn import evaluate_agent
+    from vsr.seeding import derive_seed
+
+    tr = _trainer(tmp_path, steps=1, validation=ValidationConfig(every=1, n_problems=3, k=2))
+    (row,) = tr.fit()
+    assert row["val_avg_at_2"] == row["val_success"] and 0.0 <= row["val_ci_low"] <= row["val_success"] <= row["val_ci_high"]
+    assert row["val_turns_mean"] >= 1 and "val_pass_at_2" in row
+    ev = evaluate_agent(tr.backend, tr.codec, tr.task, tr.task.problems("validation")[:3], k=2, temperature=1.0, top_p=1.0,
+                        turn_tokens=5, seed=derive_seed(0, 0x7A1, 0), max_turns=4)
+    assert ev["seeds"] == [0, 1, 2] and ev["n_problems"] == 3 and len(ev["success_by_seed"]) == 3
+    assert ev["turns_mean"] <= 4 and ev["new_tokens"] <= 3 * 2 * 4 * 5
     tr.close()
