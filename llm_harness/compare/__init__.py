@@ -5,3 +5,4 @@
   processes, resumable, then writes the report;
 * :mod:`.report` — tables with seed confidence intervals, token accounting, overheads, figures.
 """
+from llm_harness.compare import suites_agents  # noqa: E402,F401  (registers the 'agents' suite)

@@ -22,7 +22,8 @@ active.
   turns (within ``window``), they count against the environment's action budget exactly as if
   they had been played, and the policy's first turn is numbered ``len(history)``. Several starts
   may be equal (G episodes of one start state form an episode group).
-* **Prompts**: :func:`~llm_harness.envs.prompt.render_agent_prompt`, wrapped as one user message in
+* **Prompts**: :func:`~llm_harness.envs.prompt.render_agent_prompt` (the instruction with its reply
+  format, ``REPLY_FORMATS``), wrapped as one user message in
   the tokenizer's chat template when it has one (:func:`turn_text`); a test-bed character
   tokenizer has none, so its prompts are the bare format the agents were fine-tuned on.
 * **Replies**: the sampled tokens up to the stop token, decoded as the trainer's evaluator does
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from llm_harness.envs.base import TextEnv, check_seed
-from llm_harness.envs.prompt import Turn, render_agent_prompt
+from llm_harness.envs.prompt import Turn, render_agent_prompt, with_reply_format
 from vsr.checks import check_number
 from vsr.seeding import derive_seed
 
@@ -170,12 +171,14 @@ def shown_reply(reply: str) -> str:
     return "".join(c for c in reply.replace("\n", " ") if c.isprintable()).strip()
 
 
-def turn_text(instruction: str, turns: Sequence[Turn], observation: str, *, window: int | None, tokenizer: Any = None) -> str:
-    """The text of one turn's prompt: :func:`render_agent_prompt`, inside the tokenizer's chat
-    template (one user message, generation prompt added) when it has one."""
+def turn_text(instruction: str, turns: Sequence[Turn], observation: str, *, window: int | None, tokenizer: Any = None,
+              reply_format: str = "word") -> str:
+    """The text of one turn's prompt: :func:`render_agent_prompt` of the instruction with its reply
+    format (:func:`~llm_harness.envs.prompt.with_reply_format`), inside the tokenizer's chat template
+    (one user message, generation prompt added) when it has one."""
     from llm_harness.tasks.base import has_chat_template
 
-    text = render_agent_prompt(instruction, turns, observation, window=window)
+    text = render_agent_prompt(with_reply_format(instruction, reply_format), turns, observation, window=window)
     if has_chat_template(tokenizer):
         return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
     return text
@@ -221,6 +224,7 @@ def run_episodes(
     max_turns: int = 0,
     on_turn: Callable[[int, int], None] | None = None,
     budget_name: str = "max_new_tokens",
+    reply_format: str = "word",
 ) -> list[EpisodeResult]:
     """Play one episode per start to its end, one ``backend.generate`` call per turn (module doc).
 
@@ -229,7 +233,8 @@ def run_episodes(
     any, wraps the prompts); ``window`` is the prompt's history window; ``max_new_tokens`` the reply
     budget per turn; ``max_turns`` (0: none) caps the policy's turns of every episode on top of the
     environment's own budget. ``on_turn(turn, n_active)`` is called before each call (progress,
-    tests). ``budget_name`` is how errors name the reply budget (the caller's config field).
+    tests). ``budget_name`` is how errors name the reply budget (the caller's config field);
+    ``reply_format`` is added to the instruction (:data:`~llm_harness.envs.prompt.REPLY_FORMATS`).
     Results are in the order of ``starts``.
     """
     from llm_harness.backends import SamplingParams
@@ -251,7 +256,8 @@ def run_episodes(
     while active:
         if on_turn is not None:
             on_turn(turn, len(active))
-        prompts = [turn_text(envs[i].instruction, state[i][0], state[i][1], window=window, tokenizer=tokenizer) for i in active]
+        prompts = [turn_text(envs[i].instruction, state[i][0], state[i][1], window=window, tokenizer=tokenizer,
+                             reply_format=reply_format) for i in active]
         ids = [tuple(codec.encode(p)) for p in prompts]
         if limit is not None:
             for i, p in zip(active, ids):

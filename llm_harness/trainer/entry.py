@@ -22,13 +22,16 @@ from vsr.config_io import save_config
 __all__ = ["build_backend", "build_trainer", "evaluate", "train"]
 
 
-def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max_batch_sequences: int = 256) -> Any:
-    """The generation backend for ``model`` (``hf``: shares the model object; ``vllm``: a separate engine)."""
+def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max_batch_sequences: int = 256,
+                  share_prefix: bool = False) -> Any:
+    """The generation backend for ``model`` (``hf``: shares the model object; ``vllm``: a separate engine,
+    which caches prefixes itself); ``share_prefix``: the HF backend's common-prefix prefill."""
     from llm_harness.backends import BACKENDS, HFBackend, HFBackendConfig
 
     name = cfg.model.backend
     pad = getattr(tokenizer, "pad_token_id", None)
-    hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad))
+    hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad,
+                                                            share_prefix=share_prefix))
     if name == "hf":
         return hf
     from llm_harness.backends import VLLMBackendConfig
@@ -46,7 +49,7 @@ def build_trainer(cfg: TrainConfig, *, task: Any = None, extra_plugins: list | N
     if task is None:
         task = get_task(cfg.task.name, **cfg.task.params)
     model, tokenizer = build_model(cfg.model, cfg.seed)
-    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences)
+    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences, cfg.rollout.share_prefix)
     return Trainer(cfg, model=model, tokenizer=tokenizer, backend=backend, task=task, extra_plugins=extra_plugins)
 
 
@@ -127,13 +130,13 @@ def evaluate_env(cfg: EvalConfig) -> int:
     from llm_harness.trainer.modeling import Codec
     from llm_harness.trainer.multiturn import evaluate_agent
 
-    task = get_task("env", env=cfg.env, env_params=dict(cfg.env_params), window=cfg.window)
+    task = get_task("env", env=cfg.env, env_params=dict(cfg.env_params), window=cfg.window, reply_format=cfg.reply_format)
     n = min(cfg.n_problems, len(EVAL_SEEDS))
     problems = list(task.problems("validation"))[:n]
     model, tokenizer = _load_eval_model(cfg)
     codec = Codec(tokenizer)
     check_task_encodable(codec, task, problems, tokenizer)
-    backend = build_backend(model, tokenizer, cfg)
+    backend = build_backend(model, tokenizer, cfg, share_prefix=True)  # every prompt starts with the instruction
     ev = evaluate_agent(backend, codec, task, problems, k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p,
                         turn_tokens=cfg.turn_tokens, seed=cfg.seed)
     rate, lo, hi = ev["success"], ev["ci_low"], ev["ci_high"]

@@ -375,14 +375,14 @@ class Trainer:
         r = self.cfg.rollout
         return sequence_logprobs(
             self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy,
+            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, share_prefix=r.share_prefix,
         )
 
     def _no_grad_logprobs(self, model: Any, batch: TrainBatch) -> torch.Tensor:
         r = self.cfg.rollout
         with torch.no_grad():
             lp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False)
+                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False, share_prefix=r.share_prefix)
         return lp
 
     def _save_bad_batch(self, batch: TrainBatch, step: int, what: str) -> Path:
@@ -552,6 +552,10 @@ class Trainer:
         w_len = [len(r) for g in gen for r, v in zip(g.response_ids, g.verify) if v is not None and not v.correct]
         m["length_correct"] = float(np.mean(c_len)) if c_len else float("nan")
         m["length_incorrect"] = float(np.mean(w_len)) if w_len else float("nan")
+        if any(g.multiturn for g in gen):
+            from llm_harness.trainer.multiturn import agent_group_metrics
+
+            m.update(agent_group_metrics(gen, trained))
         return m
 
     # ------------------------------------------------------------------ validation and run

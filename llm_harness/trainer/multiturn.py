@@ -49,7 +49,7 @@ from vsr.seeding import derive_seed
 if TYPE_CHECKING:
     from llm_harness.trainer.plugins import TrainContext
 
-__all__ = ["episode_group_advantages", "episode_start", "evaluate_agent", "expert_episode_states", "multiturn_groups",
+__all__ = ["agent_group_metrics", "episode_group_advantages", "episode_start", "evaluate_agent", "expert_episode_states", "multiturn_groups",
            "play_episodes", "turn_prompt"]
 
 
@@ -66,7 +66,8 @@ def episode_start(task: Any, s: StartState) -> EpisodeStart:
 
 def turn_prompt(task: Any, instruction: str, turns: Sequence[Turn], observation: str, tokenizer: Any) -> str:
     """The text of one turn's prompt with the task's history window (:func:`llm_harness.envs.episodes.turn_text`)."""
-    return turn_text(instruction, turns, observation, window=task.config.window, tokenizer=tokenizer)
+    return turn_text(instruction, turns, observation, window=task.config.window, tokenizer=tokenizer,
+                     reply_format=task.config.reply_format)
 
 
 def expert_episode_states(task: Any, codec: Any, seed: int) -> list[dict[str, Any]]:
@@ -98,7 +99,8 @@ def play_episodes(states: Sequence[StartState], *, task: Any, codec: Any, backen
     sizes = [s.n if s.n is not None else group_size for s in states]
     starts = [episode_start(task, s) for s, n in zip(states, sizes) for _ in range(n)]
     results = run_episodes(task.make_env, starts, backend, codec, window=task.config.window, temperature=temperature, top_p=top_p,
-                           max_new_tokens=turn_tokens, seed=seed, max_turns=max_turns, budget_name="agent.turn_tokens")
+                           max_new_tokens=turn_tokens, seed=seed, max_turns=max_turns, budget_name="agent.turn_tokens",
+                           reply_format=task.config.reply_format)
     out, lo = [], 0
     for n in sizes:
         out.append(results[lo : lo + n])
@@ -141,6 +143,34 @@ def evaluate_agent(backend: Any, codec: Any, task: Any, problems: Sequence[Any],
         "success_by_seed": success.mean(axis=1).tolist(), "seeds": [int(task.seed_of(p)) for p in problems],
         "n_problems": len(problems), "k": int(k),
     }
+
+
+def agent_group_metrics(generated: Sequence[RolloutGroup], trained: Sequence[RolloutGroup]) -> dict[str, float]:
+    """Episode accounting of a step's multi-turn groups (the trainer logs it with its group metrics):
+    ``gen_new_actions`` / ``trained_new_actions`` (policy turns generated / in the loss: a replayed
+    state's history is not counted), ``episodes``, ``episode_turns_mean``, ``invalid_action_rate`` (turns charged the invalid-action penalty),
+    and per origin ``o`` (``fresh``, ``replayed_prefix``): ``episode_success_o`` and
+    ``success_mixed_frac_o`` (groups whose episodes neither all succeed nor all fail -- VSR's regime;
+    ``mixed_frac_o`` compares *returns*, which per-step rewards make differ almost always)."""
+    from llm_harness.trainer.data import ORIGINS
+
+    gen = [g for g in generated if g.multiturn]
+    if not gen:
+        return {}
+    succ = [np.asarray(g.info["episode_success"], dtype=bool) for g in gen]
+    m = {
+        "gen_new_actions": float(sum(g.size for g in gen)),
+        "trained_new_actions": float(sum(g.size for g in trained if g.multiturn)),
+        "episodes": float(sum(s.size for s in succ)),
+        "episode_turns_mean": float(sum(g.size for g in gen) / max(1, sum(s.size for s in succ))),
+        "invalid_action_rate": float(np.mean(np.concatenate([g.info["penalty"] > 0 for g in gen]))),
+    }
+    for o in ORIGINS:
+        mine = [s for g, s in zip(gen, succ) if g.start.origin is o]
+        if mine:
+            m[f"episode_success_{o.value}"] = float(np.mean(np.concatenate(mine)))
+            m[f"success_mixed_frac_{o.value}"] = float(np.mean([bool(s.any() and not s.all()) for s in mine]))
+    return m
 
 
 def _group(state: StartState, eps: Sequence[EpisodeResult], step: int) -> RolloutGroup:

@@ -256,3 +256,24 @@ def test_resume_with_buffered_environment_snapshots_is_bit_identical(tmp_path):
 
     _, ck, _ = find_resumable(tmp_path / "half" / "checkpoints")
     assert "llm_harness.envs.snapshot/1" in repr(ck)  # the buffer's interaction states travel with the checkpoint
+
+
+def test_agent_metrics_count_new_actions_and_success_mixing_by_origin(played):
+    from llm_harness.trainer.multiturn import agent_group_metrics
+
+    tr, groups = played
+    g = groups[0]
+    v = VSRPlugin(VSRConfig(rho=1.0, window=5), tr.ctx)
+    v.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    s = v._state(g.start.problem.id, 1, 0.0)
+    (rg,) = _collect(tr, [s], step=1)
+    all_fail = dataclasses.replace(rg, info={**rg.info, "episode_success": np.zeros(G, dtype=bool)})
+    m = agent_group_metrics([*groups, rg, all_fail], [groups[0], rg])
+    assert m["gen_new_actions"] == sum(x.size for x in groups) + 2 * rg.size  # the history before a replayed state is not new
+    assert m["trained_new_actions"] == groups[0].size + rg.size
+    assert m["episodes"] == 4 * G and m["episode_turns_mean"] == m["gen_new_actions"] / (4 * G)
+    assert m["episode_success_fresh"] == pytest.approx(1 / G) and m["success_mixed_frac_fresh"] == 1.0
+    assert m["episode_success_replayed_prefix"] == pytest.approx(0.5 / G) and m["success_mixed_frac_replayed_prefix"] == 0.5
+    c = v.claim(Step(index=1), 4, tr.ctx).metrics
+    assert c["vsr_replayed_alpha_p10"] <= c["vsr_replayed_alpha_p50"] <= c["vsr_replayed_alpha_p90"] < 1.0
+    assert agent_group_metrics([], []) == {}

@@ -239,3 +239,32 @@ def test_validation_of_an_agent_is_success_over_the_fixed_seeds(tmp_path):
     assert ev["seeds"] == [0, 1, 2] and ev["n_problems"] == 3 and len(ev["success_by_seed"]) == 3
     assert ev["turns_mean"] <= 4 and ev["new_tokens"] <= 3 * 2 * 4 * 5
     tr.close()
+
+
+def test_shared_prefix_logprobs_equal_the_plain_pass_with_gradients(tmp_path):
+    """``rollout.share_prefix`` in the loss forward: the rows' common instruction runs once; log-probs,
+    entropies and gradients equal the unshared pass (float rounding), and the shared length stops
+    before the first target."""
+    import torch
+
+    from llm_harness.trainer.modeling import _shared_length, sequence_logprobs
+
+    tr = _trainer(tmp_path)
+    groups = multiturn_groups(tr.fresh.draw(2), step=0, round=0, ctx=tr.ctx)[0]
+    batch = build_batch([g.with_advantages(np.ones(g.size)) for g in groups], tr.codec.pad_token_id)
+    n = _shared_length(batch.input_ids, batch.loss_mask)
+    first = int(batch.loss_mask.to(torch.int64).argmax(dim=1).min())
+    assert 0 < n <= first and not batch.loss_mask[:, :n].any()
+    out = []
+    for share in (False, True):
+        tr.model.zero_grad(set_to_none=True)
+        lp, ent = sequence_logprobs(tr.model, batch.input_ids, batch.attention_mask, batch.loss_mask, share_prefix=share)
+        (lp * batch.loss_mask).sum().backward()
+        out.append((lp.detach(), ent, [p.grad.clone() for p in tr.model.parameters()]))
+    (lp0, e0, g0), (lp1, e1, g1) = out
+    torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(e1, e0, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert np.count_nonzero(lp0.numpy()) == int(batch.loss_mask.sum())
+    tr.close()
