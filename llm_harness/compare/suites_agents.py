@@ -30,19 +30,35 @@ episode-length accounting), the fraction of success-mixed groups from initial vs
 rewards make differ almost always), and the replayed α distribution early vs late in training (does
 the frontier walk back toward the initial state, as in the gridworld?).
 
-**Sizing** (measured on this 2-core machine, loaded by other jobs -- indicative). One update of 8 x 8
-Sokoban episodes with the mid agent (HF backend, ``share_prefix``, one torch thread per worker) took
-STEP_S s (GiGPO) and VSR_STEP_S s (VSR + GiGPO), and one evaluation of the 128 seeds x 2 episodes
-EVAL_S s. Power: the final success of a run has evaluation noise (the card's interval at 1024
-episodes gives a clustered standard error 0.019 at k = 8, about 0.025 at k = 2 by the card's
-intra-seed correlation 0.28) plus between-run training noise, unknown before the suite has run; with
-a per-run standard deviation of 0.03 for both, the paired difference has SD ≈ 0.042 (0.03·√2) and a
-two-sided paired test at the Holm-worst level 0.05/4 (four contrasts vs GiGPO) needs
-n ≈ ((z_0.994 + z_0.8) · 0.042 / 0.05)² = ((2.50 + 0.84) · 0.84)² ≈ 7.9 → 8-9 seeds for 80 % power on
-a 5-point difference (about 6 at the unadjusted 0.05). The cost of 5 methods x 8 seeds x U updates
-is 40 · (U · STEP_S + 2 · EVAL_S) s of one core; the 2 h x 2 cores budget (14 400 core-s) therefore
-allows U ≈ UPDATES updates -- BUDGET_NOTE. The defaults below (:data:`SUITE_SIZES`) are that choice;
-the report must show the power actually achieved from the observed seed spread.
+**Sizing** (measured 2026-12-01 on this 2-core machine, shared with other jobs -- indicative). One
+update of 8 initial states x 8 episodes (730-870 policy turns) with the mid agent, ``share_prefix``
+on, one torch thread: 16-21 s at load average ~3 (generation 4.5-7 s, loss 12-14 s); 133-154 s
+while other jobs kept the load at 8-12. One evaluation of the 128 seeds x 2 episodes: 31.5 s at
+load ~3, 81-112 s loaded. Planning figures below: 20 s per update, 32 s per evaluation (a quiet
+machine; multiply by 4-7 under the loads seen today). The untrained mid agent at k = 2 scored 0.172
+[0.122, 0.232] with the trainer's validation seed and 0.215 [0.155, 0.285] with seed 0; its card
+says 0.153 [0.119, 0.195] at k = 8.
+
+Power for a 5-point difference in final success (80 %, two-sided, paired by seed). A run's final
+success has evaluation noise -- the card's clustered interval at 1024 episodes is a standard error of
+0.019 at k = 8; the card's intra-seed correlation (design effect 3 at k = 8, so ρ ≈ 0.28) gives 0.025
+at k = 2 -- plus between-run training noise, which no run has measured yet; assumed 0.02 here. At
+k = 2 a run's SD is √(0.025² + 0.02²) ≈ 0.032 and a difference of two runs ≈ 0.045 (conservative:
+the shared maps make the two evaluations positively correlated). Power of a two-sided paired t-test
+(noncentral t, n seeds, SD 0.045): 80 % needs 9 seeds at α = 0.05 (8: 77 %, 9: 83 %) and 13 at the
+Holm-worst level α = 0.05/4 for four contrasts vs GiGPO (12: 79 %, 13: 84 %); at k = 8 (SD ≈ 0.039)
+11 seeds at the Holm-worst level (10: 79.8 %, 11: 86 %), for four times the evaluation cost.
+
+Cost. A run of U updates with two evaluations costs U · 20 + 2 · 32 s of one core; the suite has 5
+methods plus a base evaluation per seed, one job per core. The design powered for Holm
+(:data:`SUITE_SIZES`: 13 seeds, 20 updates, k = 2) is 65 · 464 + 13 · 32 ≈ 30 600 core-s, about 4.2 h
+on 2 quiet cores: **it does not fit the issue's "<= 2 h on 2 cores"**. What fits
+(:data:`BUDGET_SIZES`: 9 seeds, 12 updates, k = 2: 45 · 304 + 9 · 32 ≈ 14 000 core-s ≈ 1.9 h) has 83 %
+power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assumed training noise.
+Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is not known: a
+10-update GiGPO run went from 0.172 [0.122, 0.232] to 0.211 [0.157, 0.274] (k = 2, same
+validation seed; not significant), SHORT_RUN. The report must show the
+power actually achieved from the observed spread of the seeds.
 """
 
 from __future__ import annotations
@@ -54,7 +70,7 @@ import numpy as np
 
 from llm_harness.compare.suite import Method, Regime, Suite, register_suite
 
-__all__ = ["AGENT_METHODS", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
+__all__ = ["AGENT_METHODS", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
 
 AGENT_METHODS: tuple[Method, ...] = (
     Method("gigpo", "agent_sokoban_gigpo.yaml", "GiGPO"),
@@ -64,9 +80,11 @@ AGENT_METHODS: tuple[Method, ...] = (
     Method("static_reset", "agent_sokoban_static_reset.yaml", "static uniform expert-state resets", "vsr"),
 )
 
-#: the suite's intended ``vsr compare`` sizes (module doc, "Sizing"): pass them as ``--seeds``,
-#: ``--steps``, ``--eval-problems``, ``--eval-k``
-SUITE_SIZES: dict[str, int] = {"seeds": 8, "steps": 0, "eval_problems": 128, "eval_k": 2}
+#: sizes powered for Holm over the four contrasts (module doc, "Sizing"; about 4.2 h on 2 quiet cores):
+#: pass them as ``--seeds``, ``--steps``, ``--eval-problems``, ``--eval-k``
+SUITE_SIZES: dict[str, int] = {"seeds": 13, "steps": 20, "eval_problems": 128, "eval_k": 2}
+#: what fits 2 h on 2 quiet cores (80 % power per contrast at α = 0.05, not after Holm)
+BUDGET_SIZES: dict[str, int] = {"seeds": 9, "steps": 12, "eval_problems": 128, "eval_k": 2}
 
 register_suite(
     Suite(

@@ -37,7 +37,8 @@ def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
     from llm_harness.compare.runner import _execute
     from llm_harness.compare.suites_agents import agent_summary, format_agent_summary
 
-    tiny = {"steps": 2, "rollout": {"prompts_per_step": 3, "group_size": 2}, "agent": {"max_turns": 4},
+    tiny = {"steps": 2, "task": {"params": {"n_train": 16}},  # building 5000 training rooms costs ~30 s per job
+            "rollout": {"prompts_per_step": 3, "group_size": 2}, "agent": {"max_turns": 4},
             "validation": {"every": 2, "n_problems": 4, "k": 1}, "plugins": {}}
     jobs = []
     for j in plan_jobs(CompareConfig(suite="agents", out=tmp_path, quick=True)):
