@@ -268,3 +268,24 @@ def test_shared_prefix_logprobs_equal_the_plain_pass_with_gradients(tmp_path):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     assert np.count_nonzero(lp0.numpy()) == int(batch.loss_mask.sum())
     tr.close()
+
+
+def test_agent_curve_writes_the_plotted_numbers(tmp_path):
+    import csv
+    import json
+
+    from llm_harness.trainer.agent_curve import plot_agent_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "accuracy_fresh": 0.1 * s, "success_mixed_frac_fresh": 0.5} for s in range(3)]
+    rows[-1].update(val_success=0.3, val_ci_low=0.2, val_ci_high=0.4)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    png = plot_agent_run(run, tmp_path / "fig", title="t", base={"success": 0.2, "ci_low": 0.1, "ci_high": 0.3})
+    assert png.is_file() and (tmp_path / "fig" / "curve.pdf").is_file()
+    table = list(csv.DictReader((tmp_path / "fig" / "curve.csv").open()))
+    assert [int(t["update"]) for t in table] == [0, 1, 2, 3]
+    assert float(table[0]["val_success"]) == 0.2 and float(table[3]["val_success"]) == 0.3
+    assert float(table[2]["train_success_fresh"]) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no metrics"):
+        plot_agent_run(tmp_path / "nothing", tmp_path / "fig2", title="t")
