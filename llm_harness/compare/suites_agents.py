@@ -57,7 +57,7 @@ on 2 quiet cores: **it does not fit the issue's "<= 2 h on 2 cores"**. What fits
 power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assumed training noise.
 Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is not known: a
 10-update GiGPO run went from 0.172 [0.122, 0.232] to 0.211 [0.157, 0.274] (k = 2, same
-validation seed; not significant), SHORT_RUN. The report must show the
+validation seed; not significant; figures/agent_sokoban_gigpo_short). The report must show the
 power actually achieved from the observed spread of the seeds.
 """
 
