@@ -55,9 +55,10 @@ methods plus a base evaluation per seed, one job per core. The design powered fo
 on 2 quiet cores: **it does not fit the issue's "<= 2 h on 2 cores"**. What fits
 (:data:`BUDGET_SIZES`: 9 seeds, 12 updates, k = 2: 45 · 304 + 9 · 32 ≈ 14 000 core-s ≈ 1.9 h) has 83 %
 power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assumed training noise.
-Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is not known: a
-10-update GiGPO run went from 0.172 [0.122, 0.232] to 0.211 [0.157, 0.274] (k = 2, same
-validation seed; not significant; figures/agent_sokoban_gigpo_short). The report must show the
+Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
+30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
+10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
+not yet improve on this test bed and the suite would compare methods around a flat baseline. The report must show the
 power actually achieved from the observed spread of the seeds.
 """
 
