@@ -58,8 +58,8 @@ power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assu
 Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
 30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
 10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
-not yet improve on this test bed and the suite would compare methods around a flat baseline. The report must show the
-power actually achieved from the observed spread of the seeds.
+not yet improve on this test bed and the suite would compare methods around a flat baseline. The
+report must show the power actually achieved from the observed spread of the seeds.
 """
 
 from __future__ import annotations
