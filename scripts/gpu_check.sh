@@ -11,10 +11,12 @@
 #   5. agents: vsr eval --env (the batched multi-turn engine) and GiGPO + VSR training with resume;
 #   6. verl 0.9.1 (issue 17): a 2-step smoke of each method of scripts/verl/train.sh on the test-bed
 #      model, when verl and vLLM are importable (VERL_PYTHON, default $PY); skipped, and said so, otherwise.
+#   7. the GPU agent recipes resolve, and two reduced updates of the VSR + GiGPO recipe on
+#      Qwen2.5-1.5B-Instruct when it is in the local cache.
 # Usage: scripts/gpu_check.sh [OUT_DIR]      (default: $OUT, else ${TMPDIR:-/tmp}/gpu_check)
 # Env:   PYTHON (interpreter; default python3), GPU_CHECK_ARGS (extra arguments for gpu_check.py).
 # Exit status: 0 all passed; 2 no CUDA; otherwise non-zero when a check or the test suite failed.
-# Budget: about 10 minutes at most without verl (each step is cut by `timeout`); the verl smoke adds up to ~25.
+# Budget: about 15 minutes at most without verl (each step is cut by `timeout`; step 7 up to 5 of them); the verl smoke adds up to ~25.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -107,6 +109,31 @@ if "$VPY" -c 'import verl, vllm' 2>/dev/null; then
     done
 else
     echo "== verl smoke SKIPPED: verl and vLLM are not importable by $VPY (set VERL_PYTHON; vLLM's wheel is too large to carry) =="
+fi
+
+# 7. the GPU agent recipes (issue 16 item 5: Qwen2.5-1.5B-Instruct, batch 32, G 8, lr 1e-6, 256-token
+#    replies, rho 0.3, W 5) resolve; two updates of the VSR + GiGPO recipe at reduced batch when the
+#    model is in the local Hugging Face cache (vLLM when importable, else the HF backend)
+echo "== agents: GPU recipes configs/agent_sokoban_*_gpu.yaml =="
+"$PY" - <<'PYEOF'
+from llm_harness.trainer.config import TrainConfig
+from llm_harness.trainer.loop import check_registries
+from vsr.config_io import load_config
+for name in ("agent_sokoban_gigpo_gpu.yaml", "agent_sokoban_vsr_gigpo_gpu.yaml"):
+    check_registries(load_config(TrainConfig, f"configs/{name}"))
+    print(f"gpu_check: {name} resolves")
+PYEOF
+rc=$?
+if [ "$rc" -ne 0 ]; then echo "gpu_check: GPU agent recipes do not resolve (exit $rc)" >&2; status=1; fi
+if "$PY" -c 'from transformers import AutoConfig; AutoConfig.from_pretrained("Qwen/Qwen2.5-1.5B-Instruct", local_files_only=True)' 2>/dev/null; then
+    BACKEND=hf; "$PY" -c 'import vllm' 2>/dev/null && BACKEND=vllm
+    timeout 300 "$PY" -m vsr train --config configs/agent_sokoban_vsr_gigpo_gpu.yaml --steps 2 --model.backend "$BACKEND" \
+      --rollout.prompts-per-step 4 --rollout.group-size 4 --agent.turn-tokens 64 --validation.every 0 \
+      --run.run-dir "$OUT_DIR/agent_recipe_run" --run.checkpoint-every 0 --run.progress false
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "gpu_check: GPU agent recipe (2 updates, $BACKEND) FAILED (exit $rc)" >&2; status=1; fi
+else
+    echo "gpu_check: skipped the recipe run: Qwen/Qwen2.5-1.5B-Instruct is not in the local Hugging Face cache"
 fi
 
 if [ "$status" -eq 0 ]; then echo "gpu_check: all passed"; else echo "gpu_check: FAILED" >&2; fi

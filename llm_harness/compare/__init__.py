@@ -6,3 +6,4 @@
 * :mod:`.report` — tables with seed confidence intervals, token accounting, overheads, figures.
 """
 import llm_harness.compare.suites_evidence  # noqa: E402,F401  (registers the replay and ExTra suites)
+from llm_harness.compare import suites_agents  # noqa: E402,F401  (registers the 'agents' suite)

@@ -14,7 +14,8 @@ so the policy trained on demonstrations sees at training time exactly what it se
 only), ``None`` keeps all. The policy's reply continues after ``A:``; for a test-bed agent it is the
 bare action word followed by EOS, for an instruct model anything :func:`~llm_harness.envs.base.parse_action`
 accepts (e.g. ``<action>up</action>``). A turn whose action was invalid is shown with the reply
-the policy gave, so the policy can see its own mistake. A chat template, when the tokenizer has
+the policy gave (as one line of printable characters, :func:`llm_harness.envs.episodes.shown_reply`),
+so the policy can see its own mistake. A chat template, when the tokenizer has
 one, wraps the whole text as one user message (:func:`render_agent_prompt` does not apply it).
 """
 
@@ -23,7 +24,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Turn", "render_agent_prompt"]
+from vsr.registry import Registry
+
+__all__ = ["REPLY_FORMATS", "Turn", "render_agent_prompt", "with_reply_format"]
+
+#: reply format name -> the sentence appended to the task instruction (``env`` task's ``reply_format``).
+#: ``word``: nothing (the test-bed agents reply the bare action word, as fine-tuned); ``tagged``: an
+#: instruct model is told the ``<action>WORD</action>`` format ``parse_action`` reads, thinking allowed
+#: before it (verl-agent's Sokoban prompt asks for the same tags).
+REPLY_FORMATS: Registry[str] = Registry("reply format")
+REPLY_FORMATS.add("word", "")
+REPLY_FORMATS.add("tagged", "Think briefly if you like, then give exactly one action as <action>WORD</action>, "
+                            "where WORD is one of the actions.")
+
+
+def with_reply_format(instruction: str, reply_format: str = "word") -> str:
+    """``instruction`` followed by the reply format's sentence (:data:`REPLY_FORMATS`; ``word`` adds nothing)."""
+    note = REPLY_FORMATS.lookup(reply_format, "reply_format")
+    return f"{instruction.rstrip()} {note}" if note else instruction
 
 OBS_TAG = "O:"
 ACT_TAG = "A:"

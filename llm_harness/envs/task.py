@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from llm_harness.envs.base import TextEnv
-from llm_harness.envs.prompt import render_agent_prompt
+from llm_harness.envs.prompt import REPLY_FORMATS, render_agent_prompt, with_reply_format
 from llm_harness.tasks.base import Problem, Step, Task, VerifyResult
 from llm_harness.tasks.registry import build_config, register_task
 from vsr.checks import check_number
@@ -46,8 +46,12 @@ class EnvTaskConfig:
     """First training seed (training seeds never overlap :data:`EVAL_SEEDS`)."""
     window: int | None = 2
     """Previous turns shown in each turn's prompt (None: all)."""
+    reply_format: str = "word"
+    """How the instruction asks for the action (``llm_harness.envs.prompt.REPLY_FORMATS``): ``word``
+    (nothing added; the test-bed agents) or ``tagged`` (``<action>WORD</action>``; instruct models)."""
 
     def __post_init__(self) -> None:
+        REPLY_FORMATS.check(self.reply_format, "reply_format")
         check_number("n_train", self.n_train, 1, integer=True)
         check_number("train_seed_start", self.train_seed_start, len(EVAL_SEEDS), integer=True)
         if self.window is not None:
@@ -103,7 +107,7 @@ class EnvTask(Task):
     def _first_prompt(self, seed: int) -> str:
         env = self._probe
         obs = env.reset(seed)
-        return render_agent_prompt(env.instruction, [], obs, window=self.config.window)
+        return render_agent_prompt(with_reply_format(env.instruction, self.config.reply_format), [], obs, window=self.config.window)
 
     def messages(self, problem: Problem) -> list[dict[str, str]]:
         return [{"role": "user", "content": problem.prompt}]
@@ -121,5 +125,5 @@ class EnvTask(Task):
 
 @register_task("env")
 def _make_env_task(**params: Any) -> EnvTask:
-    """``get_task("env", env="sokoban", env_params={}, n_train=5000, train_seed_start=10000, window=2)``."""
+    """``get_task("env", env="sokoban", env_params={}, n_train=5000, train_seed_start=10000, window=2, reply_format="word")``."""
     return EnvTask(build_config(EnvTaskConfig, params))

@@ -446,7 +446,10 @@ class VSRPlugin(StartStateSource, StepHook):
             return Claim(metrics=metrics, new_tokens=oracle_tokens)
         replayed = [self._state(keys[traj_idx[c]], int(pos_idx[c]), float(scores[c])) for c in chosen]
         metrics["vsr_replayed"] = float(len(replayed))
-        metrics["vsr_replayed_alpha_mean"] = float(np.mean([s.meta["vsr_alpha"] for s in replayed]))
+        alphas = np.array([s.meta["vsr_alpha"] for s in replayed])
+        metrics["vsr_replayed_alpha_mean"] = float(np.mean(alphas))
+        for q in (10, 50, 90):  # the distribution of replayed α over training (does the frontier walk back?)
+            metrics[f"vsr_replayed_alpha_p{q}"] = float(np.percentile(alphas, q))
         metrics["vsr_replayed_expert_frac"] = float(np.mean([s.meta["vsr_source"] == "expert" for s in replayed]))
         return Claim(states=tuple(replayed), metrics=metrics, new_tokens=oracle_tokens)
 

@@ -22,8 +22,10 @@ from vsr.config_io import save_config
 __all__ = ["build_backend", "build_trainer", "evaluate", "train"]
 
 
-def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max_batch_sequences: int = 256) -> Any:
-    """The generation backend for ``model`` (``hf``: shares the model object; ``vllm``: a separate engine)."""
+def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max_batch_sequences: int = 256,
+                  share_prefix: bool = False) -> Any:
+    """The generation backend for ``model`` (``hf``: shares the model object; ``vllm``: a separate engine,
+    which caches prefixes itself); ``share_prefix``: the HF backend's common-prefix prefill."""
     from llm_harness.backends import BACKENDS, HFBackend, HFBackendConfig
 
     name = cfg.model.backend
@@ -31,7 +33,7 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     run = getattr(cfg, "run", None)  # EvalConfig has no run section
     static = bool(getattr(run, "static_decode", False)) and name == "hf"
     hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad,
-                                                            static_decode=static))
+                                                            static_decode=static, share_prefix=share_prefix))
     if name == "hf":
         return hf
     from llm_harness.backends import VLLMBackendConfig
@@ -49,7 +51,7 @@ def build_trainer(cfg: TrainConfig, *, task: Any = None, extra_plugins: list | N
     if task is None:
         task = get_task(cfg.task.name, **cfg.task.params)
     model, tokenizer = build_model(cfg.model, cfg.seed)
-    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences)
+    backend = build_backend(model, tokenizer, cfg, cfg.rollout.max_batch_sequences, cfg.rollout.share_prefix)
     return Trainer(cfg, model=model, tokenizer=tokenizer, backend=backend, task=task, extra_plugins=extra_plugins)
 
 
@@ -124,38 +126,23 @@ def _load_eval_model(cfg: EvalConfig) -> tuple[Any, Any]:
 def evaluate_env(cfg: EvalConfig) -> int:
     """``vsr eval --env NAME``: success of an agent over the fixed evaluation seeds (``k`` episodes each,
     all advancing in one batched call per turn); writes eval.json / eval.md."""
-    import numpy as np
-
     from llm_harness.envs.task import EVAL_SEEDS
     from llm_harness.tasks import get_task
     from llm_harness.tasks.coverage import check_task_encodable
-    from llm_harness.testbed.stats import clustered_interval
-    from llm_harness.trainer.data import StartState
     from llm_harness.trainer.modeling import Codec
-    from llm_harness.trainer.multiturn import play_episodes
+    from llm_harness.trainer.multiturn import evaluate_agent
 
-    task = get_task("env", env=cfg.env, env_params=dict(cfg.env_params), window=cfg.window)
+    task = get_task("env", env=cfg.env, env_params=dict(cfg.env_params), window=cfg.window, reply_format=cfg.reply_format)
     n = min(cfg.n_problems, len(EVAL_SEEDS))
     problems = list(task.problems("validation"))[:n]
     model, tokenizer = _load_eval_model(cfg)
     codec = Codec(tokenizer)
     check_task_encodable(codec, task, problems, tokenizer)
-    backend = build_backend(model, tokenizer, cfg)
-    states = [StartState(codec.encode(task.render_prompt(p, tokenizer)), p) for p in problems]
-    episodes, tokens = play_episodes(states, task=task, codec=codec, backend=backend, group_size=cfg.k, seed=cfg.seed,
-                                     temperature=cfg.temperature, top_p=cfg.top_p, turn_tokens=cfg.turn_tokens)
-    success = np.zeros((n, cfg.k))
-    for ep in episodes:
-        success[ep.state, ep.index] = float(ep.env.success)
-    rate, lo, hi = clustered_interval(success)
-    res = {
-        "env": cfg.env, "env_params": dict(cfg.env_params), "seeds": [task.seed_of(p) for p in problems], "k": cfg.k,
-        "success": rate, "ci_low": lo, "ci_high": hi,
-        "turns_mean": float(np.mean([len(ep.rows) for ep in episodes])),
-        "invalid_rate": float(np.mean([r["penalty"] > 0 for ep in episodes for r in ep.rows])),
-        "return_mean": float(np.mean([ep.ret for ep in episodes])), "new_tokens": int(tokens),
-        "success_by_seed": success.mean(axis=1).tolist(),
-    }
+    backend = build_backend(model, tokenizer, cfg, share_prefix=True)  # every prompt starts with the instruction
+    ev = evaluate_agent(backend, codec, task, problems, k=cfg.k, temperature=cfg.temperature, top_p=cfg.top_p,
+                        turn_tokens=cfg.turn_tokens, seed=cfg.seed)
+    rate, lo, hi = ev["success"], ev["ci_low"], ev["ci_high"]
+    res = {"env": cfg.env, "env_params": dict(cfg.env_params), **{k: v for k, v in ev.items() if k not in ("avg_at_k", "n_problems")}}
     md = (f"# {cfg.env} {dict(cfg.env_params) or ''}\n\nsuccess over {n} fixed seeds x {cfg.k} episodes (T = "
           f"{cfg.temperature}): **{rate:.3f}** [{lo:.3f}, {hi:.3f}] (95 % CI, seeds as clusters); mean turns "
           f"{res['turns_mean']:.2f}, invalid actions {res['invalid_rate']:.3f}, mean return {res['return_mean']:.3f}\n")

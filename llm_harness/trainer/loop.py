@@ -380,14 +380,14 @@ class Trainer:
         r = self.cfg.rollout
         return sequence_logprobs(
             self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy,
+            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, share_prefix=r.share_prefix,
         )
 
     def _no_grad_logprobs(self, model: Any, batch: TrainBatch) -> torch.Tensor:
         r = self.cfg.rollout
         with torch.no_grad():
             lp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False)
+                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False, share_prefix=r.share_prefix)
         return lp
 
     def _save_bad_batch(self, batch: TrainBatch, step: int, what: str) -> Path:
@@ -557,6 +557,10 @@ class Trainer:
         w_len = [len(r) for g in gen for r, v in zip(g.response_ids, g.verify) if v is not None and not v.correct]
         m["length_correct"] = float(np.mean(c_len)) if c_len else float("nan")
         m["length_incorrect"] = float(np.mean(w_len)) if w_len else float("nan")
+        if any(g.multiturn for g in gen):
+            from llm_harness.trainer.multiturn import agent_group_metrics
+
+            m.update(agent_group_metrics(gen, trained))
         return m
 
     # ------------------------------------------------------------------ validation and run
@@ -578,6 +582,16 @@ class Trainer:
         sp = v.sampling()  # k, temperature, top_p in force (a protocol fills the unset ones)
         if self.validation_problems is None:
             self.validation_problems = list(self.task.problems(self.task.check_split(v.split)))[: v.n_problems]
+        if hasattr(self.task, "make_env"):  # agents: success over the fixed evaluation seeds
+            from llm_harness.trainer.multiturn import evaluate_agent
+
+            res = evaluate_agent(self.backend, self.codec, self.task, self.validation_problems, k=sp.k, temperature=sp.temperature,
+                                 top_p=sp.top_p, turn_tokens=self.cfg.agent.turn_tokens, seed=derive_seed(self.cfg.seed, 0x7A1, 0),
+                                 max_turns=self.cfg.agent.max_turns)
+            out = {f"val_avg_at_{sp.k}": res["avg_at_k"], **{f"val_pass_at_{j}": x for j, x in res["pass_at"].items()}}
+            out.update({f"val_{key}": res[key] for key in ("success", "ci_low", "ci_high", "length_mean", "turns_mean",
+                                                           "invalid_rate", "return_mean")})
+            return out
         embedder = getattr(self, "_validation_embedder", None)  # built once (minilm loads a model)
         if embedder is None:
             embedder = build_embedder(v.diversity_embedder, {}, self.ctx, "validation.diversity_embedder")

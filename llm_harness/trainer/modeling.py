@@ -132,6 +132,16 @@ def build_model(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
     return model, tok
 
 
+def _shared_length(input_ids: torch.Tensor, loss_mask: torch.Tensor) -> int:
+    """Tokens common to every row before any row's first target (0 for one row or a row without targets)."""
+    from llm_harness.backends.hf_backend import common_prefix_length
+
+    if input_ids.shape[0] < 2 or not bool((loss_mask > 0).any(dim=1).all()):
+        return 0
+    first = int((loss_mask > 0).to(torch.int64).argmax(dim=1).min())  # hidden position of the earliest target
+    return common_prefix_length(input_ids[:, : first + 1].tolist())
+
+
 def sequence_logprobs(
     model: Any,
     input_ids: torch.Tensor,
@@ -142,12 +152,34 @@ def sequence_logprobs(
     top_p: float = 1.0,
     with_entropy: bool = True,
     chunk_bytes: int = 64 * 2**20,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs[B, L-1], entropies[B, L-1] | None)`` of targets ``input_ids[:, 1:]``, filled only
-    where ``loss_mask`` is 1 (0 elsewhere). Only masked positions go through the output head."""
+    where ``loss_mask`` is 1 (0 elsewhere). Only masked positions go through the output head.
+
+    ``share_prefix`` (rows right-padded, as ``build_batch`` makes them): the ``n`` tokens common to
+    every row before its first target run through the decoder once, their cache is expanded to the
+    ``B`` rows and ``input_ids[:, n:]`` runs on it (positions ``n..``; gradients flow into the shared
+    part once per row, as without sharing). Multi-turn rows all start with the task instruction;
+    the result equals the unshared pass up to float rounding."""
     decoder = model.get_decoder()
     head = model.get_output_embeddings()
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    n = _shared_length(input_ids, loss_mask) if share_prefix else 0
+    if n == 0:
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    else:
+        import inspect
+
+        cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+        pre = decoder(input_ids=input_ids[:1, :n], use_cache=True)
+        cache = getattr(pre, "cache", None)
+        cache = pre.past_key_values if cache is None else cache
+        cache.batch_repeat_interleave(input_ids.shape[0])
+        pos = torch.arange(n, input_ids.shape[1], device=input_ids.device)[None].expand(input_ids.shape[0], -1)
+        rest = decoder(input_ids=input_ids[:, n:], attention_mask=attention_mask, position_ids=pos, use_cache=True,
+                       **{cache_kw: cache}).last_hidden_state[:, :-1]
+        # positions < n carry no target: pad them so the selection below sees the usual [B, L-1] layout
+        hidden = torch.cat([rest.new_zeros((rest.shape[0], n, rest.shape[2])), rest], dim=1)
     sel = loss_mask > 0
     h = hidden[sel]
     y = input_ids[:, 1:][sel]

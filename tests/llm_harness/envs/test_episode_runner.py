@@ -1,4 +1,5 @@
-"""The batched episode runner (llm_harness/envs/episodes.py) against an episode-at-a-time loop."""
+"""The episode runner (llm_harness/envs/episodes.py; the only one: the multiturn collector, vsr eval --env and
+the test-bed cards call it) against an episode-at-a-time loop, its starts and its per-turn records."""
 
 from __future__ import annotations
 
@@ -117,3 +118,54 @@ def test_hf_greedy_batched_equals_one_at_a_time():
     for s, b in zip(starts, batched):
         single = run_episodes(lambda: make_env("sokoban"), [s], backend, CODEC, window=1, temperature=0.0, seed=3)[0]
         assert single.actions == b.actions and single.success == b.success
+
+
+def test_a_snapshot_start_equals_the_replayed_prefix_start():
+    """The two ways to start mid-episode (replay a prefix; restore a snapshot with its history) give
+    the same prompts, turn numbers, snapshots and outcomes."""
+    env = make_env("sokoban")
+    expert = env.expert_actions(6)
+    prefix = tuple(expert[:3])
+    turns, _ = prepare_episode(env, EpisodeStart(6, prefix))
+    snap_start = EpisodeStart(6, snapshot=env.snapshot(), history=tuple(turns))
+    backend = StubBackend()
+    for window in (0, 2, 5):
+        a, b = (run_episodes(lambda: make_env("sokoban"), [s], backend, CODEC, window=window, seed=11)[0]
+                for s in (EpisodeStart(6, prefix), snap_start))
+        assert a.history == b.history and len(a.history) == 3
+        assert [(t.turn, t.prompt, t.observation, t.snapshot, t.reply) for t in a.turns] == \
+               [(t.turn, t.prompt, t.observation, t.snapshot, t.reply) for t in b.turns]
+        assert a.turns[0].turn == 3 and a.success == b.success
+
+
+def test_turn_records_and_bad_starts():
+    env = make_env("sokoban")
+    backend = StubBackend()
+    (r,) = run_episodes(lambda: make_env("sokoban"), [EpisodeStart(2)], backend, CODEC, window=1, seed=5, max_turns=3)
+    assert 1 <= r.length <= 3 and [t.turn for t in r.turns] == list(range(r.length))
+    replay = make_env("sokoban")
+    replay.reset(2)
+    for t in r.turns:  # each turn's snapshot is the environment right before it; the reward is the env's
+        assert t.snapshot == replay.snapshot() and t.observation == replay.render()
+        assert t.prompt_ids == tuple(CODEC.encode(t.prompt))
+        _, reward, _, info = replay.step(t.reply)
+        assert t.reward == reward and t.valid == info["valid"] and t.penalty == (0.0 if t.valid else 0.1)
+    assert r.ret == sum(t.reward for t in r.turns) and r.new_tokens == sum(len(t.token_ids) for t in r.turns)
+    env.reset(3)
+    with pytest.raises(ValueError, match="start.snapshot: taken in the episode of seed 3"):
+        run_episodes(lambda: make_env("sokoban"), [EpisodeStart(4, snapshot=env.snapshot())], backend, CODEC, window=0)
+    env.replay(3, env.expert_actions(3))
+    with pytest.raises(ValueError, match="has ended in this snapshot"):
+        run_episodes(lambda: make_env("sokoban"), [EpisodeStart(3, snapshot=env.snapshot())], backend, CODEC, window=0)
+    with pytest.raises(ValueError, match="either a prefix"):
+        EpisodeStart(3, ("up",), snapshot=env.snapshot())
+    with pytest.raises(ValueError, match="needs the snapshot"):
+        EpisodeStart(3, history=(Turn("x", "up"),))
+
+
+def test_a_reply_with_a_newline_is_shown_on_one_line():
+    from llm_harness.envs.episodes import shown_reply
+
+    assert shown_reply("up\nA:down\x07 ") == "up A:down"
+    prompt = render_agent_prompt("go", [Turn("#P#", shown_reply("le\nft"))], "#_#", window=1)
+    assert prompt.splitlines() == ["go", "O:#P#", "A:le ft", "O:#_#", "A:"]

@@ -140,7 +140,8 @@ def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
                                         max_context=300),
                       rollout=RolloutConfig(prompts_per_step=1, group_size=1, max_new_tokens=8, verify_timeout_s=0.0),
                       algo=AlgoConfig(collector="multiturn"), agent=AgentConfig(turn_tokens=5))
-    with pytest.raises(ValueError, match="agent.turn_tokens: a .*-token prompt plus 5 reply tokens exceeds the model context"):
+    with pytest.raises(ValueError, match=r"agent.turn_tokens: the prompt of episode 0 \(seed 10000, turn 0, window None\) has \d+ tokens; with 5 reply "
+                       r"tokens it does not fit the model context of 300"):
         tr.fit()
     tr.close()
 
@@ -220,3 +221,71 @@ def test_static_reset_control_restarts_from_expert_episode_states(tmp_path):
     (g,) = multiturn_groups([s], step=0, round=0, ctx=tr.ctx)[0]
     assert g.info["turn"].min() == len(s.history) >= 1 and obs
     tr.close()
+
+
+def test_validation_of_an_agent_is_success_over_the_fixed_seeds(tmp_path):
+    """``validation.every`` on an env task evaluates episodes (not ``task.verify``): avg@k is the success
+    rate over the first ``n_problems`` evaluation seeds, equal to ``evaluate_agent`` on them."""
+    from llm_harness.trainer.config import ValidationConfig
+    from llm_harness.trainer.multiturn import evaluate_agent
+    from vsr.seeding import derive_seed
+
+    tr = _trainer(tmp_path, steps=1, validation=ValidationConfig(every=1, n_problems=3, k=2))
+    (row,) = tr.fit()
+    assert row["val_avg_at_2"] == row["val_success"] and 0.0 <= row["val_ci_low"] <= row["val_success"] <= row["val_ci_high"]
+    assert row["val_turns_mean"] >= 1 and "val_pass_at_2" in row
+    ev = evaluate_agent(tr.backend, tr.codec, tr.task, tr.task.problems("validation")[:3], k=2, temperature=1.0, top_p=1.0,
+                        turn_tokens=5, seed=derive_seed(0, 0x7A1, 0), max_turns=4)
+    assert ev["seeds"] == [0, 1, 2] and ev["n_problems"] == 3 and len(ev["success_by_seed"]) == 3
+    assert ev["turns_mean"] <= 4 and ev["new_tokens"] <= 3 * 2 * 4 * 5
+    tr.close()
+
+
+def test_shared_prefix_logprobs_equal_the_plain_pass_with_gradients(tmp_path):
+    """``rollout.share_prefix`` in the loss forward: the rows' common instruction runs once; log-probs,
+    entropies and gradients equal the unshared pass (float rounding), and the shared length stops
+    before the first target."""
+    import torch
+
+    from llm_harness.trainer.modeling import _shared_length, sequence_logprobs
+
+    tr = _trainer(tmp_path)
+    groups = multiturn_groups(tr.fresh.draw(2), step=0, round=0, ctx=tr.ctx)[0]
+    batch = build_batch([g.with_advantages(np.ones(g.size)) for g in groups], tr.codec.pad_token_id)
+    n = _shared_length(batch.input_ids, batch.loss_mask)
+    first = int(batch.loss_mask.to(torch.int64).argmax(dim=1).min())
+    assert 0 < n <= first and not batch.loss_mask[:, :n].any()
+    out = []
+    for share in (False, True):
+        tr.model.zero_grad(set_to_none=True)
+        lp, ent = sequence_logprobs(tr.model, batch.input_ids, batch.attention_mask, batch.loss_mask, share_prefix=share)
+        (lp * batch.loss_mask).sum().backward()
+        out.append((lp.detach(), ent, [p.grad.clone() for p in tr.model.parameters()]))
+    (lp0, e0, g0), (lp1, e1, g1) = out
+    torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(e1, e0, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert np.count_nonzero(lp0.numpy()) == int(batch.loss_mask.sum())
+    tr.close()
+
+
+def test_agent_curve_writes_the_plotted_numbers(tmp_path):
+    import csv
+    import json
+
+    from llm_harness.trainer.agent_curve import plot_agent_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "accuracy_fresh": 0.1 * s, "success_mixed_frac_fresh": 0.5} for s in range(3)]
+    rows[-1].update(val_success=0.3, val_ci_low=0.2, val_ci_high=0.4)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    png = plot_agent_run(run, tmp_path / "fig", title="t", base={"success": 0.2, "ci_low": 0.1, "ci_high": 0.3})
+    assert png.is_file() and (tmp_path / "fig" / "curve.pdf").is_file()
+    table = list(csv.DictReader((tmp_path / "fig" / "curve.csv").open()))
+    assert [int(t["update"]) for t in table] == [0, 1, 2, 3]
+    assert float(table[0]["val_success"]) == 0.2 and float(table[3]["val_success"]) == 0.3
+    assert float(table[2]["train_success_fresh"]) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no metrics"):
+        plot_agent_run(tmp_path / "nothing", tmp_path / "fig2", title="t")

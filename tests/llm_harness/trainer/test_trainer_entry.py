@@ -14,7 +14,8 @@ from llm_harness.trainer.loop import check_registries
 from llm_harness.trainer.runlog import read_metrics
 from vsr.config_io import load_config, save_config
 
-CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("testbed_*.yaml"))
+_CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+CONFIGS = sorted(_CONFIG_DIR.glob("testbed_*.yaml")) + sorted(_CONFIG_DIR.glob("agent_*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -117,3 +118,25 @@ def test_training_curve_figure_quick(tmp_path):
     png = make_training_curve_figure(tmp_path, quick=True)
     assert png.is_file() and (tmp_path / "training_curve.pdf").is_file()
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
+
+
+def test_agent_configs_are_the_papers_settings():
+    """The agentic configs (issue 16): GiGPO on the mid Sokoban agent; VSR at the paper's rho 0.3, W 5,
+    G 8; the ablations differ from VSR in exactly their field(s); the GPU recipes carry the paper's
+    Qwen2.5-1.5B-Instruct, batch 32, lr 1e-6, replies <= 256 tokens."""
+    load = lambda name: load_config(TrainConfig, _CONFIG_DIR / name)  # noqa: E731
+    base, vsr = load("agent_sokoban_gigpo.yaml"), load("agent_sokoban_vsr_gigpo.yaml")
+    assert base.model.path == "llm_harness/testbed/checkpoints/sokoban/mid" and base.algo.advantage == "gigpo"
+    assert base.algo.collector == "multiturn" and base.task.name == "env" and base.rollout.group_size == 8
+    assert not base.plugins and vsr.plugins == {"vsr": {"rho": 0.3, "window": 5, "score": "p1mp"}}
+    ablations = {"agent_sokoban_vsr_uniform.yaml": {"score": "uniform"},
+                 "agent_sokoban_vsr_norecency.yaml": {"recency": False, "freeze_after": 10},
+                 "agent_sokoban_static_reset.yaml": {"cold_start": True, "cold_start_problems": 512, "insert_policy": False,
+                                                     "recency": False, "score": "uniform"}}
+    for name, diff in ablations.items():
+        assert load(name).plugins["vsr"] == {**vsr.plugins["vsr"], **diff}, name
+    for name in ("agent_sokoban_gigpo_gpu.yaml", "agent_sokoban_vsr_gigpo_gpu.yaml"):
+        g = load(name)
+        assert (g.model.path, g.model.backend, g.rollout.prompts_per_step, g.rollout.group_size, g.optim.lr, g.agent.turn_tokens) == \
+               ("Qwen/Qwen2.5-1.5B-Instruct", "vllm", 32, 8, 1e-6, 256)
+    assert load("agent_sokoban_vsr_gigpo_gpu.yaml").plugins == vsr.plugins

@@ -1,0 +1,167 @@
+"""The agentic comparison suite ``vsr compare --suite agents`` (issue 16 item 4; SPEC §3.5b).
+
+GiGPO (the reference) vs VSR + GiGPO vs the VSR paper's agentic ablations, on the shipped CPU
+test-bed Sokoban agent ``mid`` (``llm_harness/testbed/checkpoints/sokoban/mid``: success 0.153
+[0.119, 0.195] over the 128 fixed seeds, 52 % of its groups of 8 all-fail from the initial state,
+62-91 % mixed from intermediate expert states -- VSR's regime). Methods are the configs
+``configs/agent_sokoban_*.yaml``:
+
+* ``gigpo`` -- GiGPO (γ 0.95, ω 1, ``mean_norm``), 8 initial states x G = 8 episodes per update;
+* ``vsr_gigpo`` -- VSR over interaction states on GiGPO: ρ 0.3, W 5, σ̂ = p̂(1 − p̂), buffer filled
+  from the policy only (the paper's agentic defaults);
+* ``vsr_uniform`` -- w/o scoring (uniform draws from the same buffer);
+* ``vsr_norecency`` -- w/o recency (insert during the first quarter of the run, then frozen);
+* ``static_reset`` -- the static-reset control: expert interaction states of 512 training seeds,
+  drawn uniformly, never updated (``cold_start: true, insert_policy: false, recency: false,
+  score: uniform``).
+
+Held-out success is the trainer's agent validation (``evaluate_agent``: episodes on the first
+``eval_problems`` of the 128 fixed evaluation seeds, ``eval_k`` each, T = 1), so the runner's base
+evaluation, curves and finals apply unchanged (``val_avg_at_k`` is the success rate).
+
+**Only Sokoban.** The issue asks for each BabyAI level too; no BabyAI test-bed agent is shipped
+(its SFT ran at 3.5 s/step here, and no checkpoint meets the card criteria yet), so the suite has
+one regime. A BabyAI regime is one ``Regime`` with the level's configs once an agent exists.
+
+**Agent-specific accounting** (:func:`agent_summary`, for the report): per update, new generated
+tokens and new actions (policy turns; a replayed state's history is context, not new -- the paper's
+episode-length accounting), the fraction of success-mixed groups from initial vs replayed states
+(``success_mixed_frac_*``; the trainer's ``mixed_frac_*`` compares returns, which Sokoban's per-step
+rewards make differ almost always), and the replayed α distribution early vs late in training (does
+the frontier walk back toward the initial state, as in the gridworld?).
+
+**Sizing** (measured 2026-12-01 on this 2-core machine, shared with other jobs -- indicative). One
+update of 8 initial states x 8 episodes (730-870 policy turns) with the mid agent, ``share_prefix``
+on, one torch thread: 16-21 s at load average ~3 (generation 4.5-7 s, loss 12-14 s); 133-154 s
+while other jobs kept the load at 8-12. One evaluation of the 128 seeds x 2 episodes: 31.5 s at
+load ~3, 81-112 s loaded. Planning figures below: 20 s per update, 32 s per evaluation (a quiet
+machine; multiply by 4-7 under the loads seen today). The untrained mid agent at k = 2 scored 0.172
+[0.122, 0.232] with the trainer's validation seed and 0.215 [0.155, 0.285] with seed 0; its card
+says 0.153 [0.119, 0.195] at k = 8.
+
+Power for a 5-point difference in final success (80 %, two-sided, paired by seed). A run's final
+success has evaluation noise -- the card's clustered interval at 1024 episodes is a standard error of
+0.019 at k = 8; the card's intra-seed correlation (design effect 3 at k = 8, so ρ ≈ 0.28) gives 0.025
+at k = 2 -- plus between-run training noise, which no run has measured yet; assumed 0.02 here. At
+k = 2 a run's SD is √(0.025² + 0.02²) ≈ 0.032 and a difference of two runs ≈ 0.045 (conservative:
+the shared maps make the two evaluations positively correlated). Power of a two-sided paired t-test
+(noncentral t, n seeds, SD 0.045): 80 % needs 9 seeds at α = 0.05 (8: 77 %, 9: 83 %) and 13 at the
+Holm-worst level α = 0.05/4 for four contrasts vs GiGPO (12: 79 %, 13: 84 %); at k = 8 (SD ≈ 0.039)
+11 seeds at the Holm-worst level (10: 79.8 %, 11: 86 %), for four times the evaluation cost.
+
+Cost. A run of U updates with two evaluations costs U · 20 + 2 · 32 s of one core; the suite has 5
+methods plus a base evaluation per seed, one job per core. The design powered for Holm
+(:data:`SUITE_SIZES`: 13 seeds, 20 updates, k = 2) is 65 · 464 + 13 · 32 ≈ 30 600 core-s, about 4.2 h
+on 2 quiet cores: **it does not fit the issue's "<= 2 h on 2 cores"**. What fits
+(:data:`BUDGET_SIZES`: 9 seeds, 12 updates, k = 2: 45 · 304 + 9 · 32 ≈ 14 000 core-s ≈ 1.9 h) has 83 %
+power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assumed training noise.
+Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
+30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
+10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
+not yet improve on this test bed and the suite would compare methods around a flat baseline. The
+report must show the power actually achieved from the observed spread of the seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from llm_harness.compare.suite import Method, Regime, Suite, register_suite
+
+__all__ = ["AGENT_METHODS", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
+
+AGENT_METHODS: tuple[Method, ...] = (
+    Method("gigpo", "agent_sokoban_gigpo.yaml", "GiGPO"),
+    Method("vsr_gigpo", "agent_sokoban_vsr_gigpo.yaml", "VSR + GiGPO (rho 0.3, W 5)", "vsr"),
+    Method("vsr_uniform", "agent_sokoban_vsr_uniform.yaml", "VSR w/o scoring (uniform)", "vsr"),
+    Method("vsr_norecency", "agent_sokoban_vsr_norecency.yaml", "VSR w/o recency (frozen buffer)", "vsr"),
+    Method("static_reset", "agent_sokoban_static_reset.yaml", "static uniform expert-state resets", "vsr"),
+)
+
+#: sizes powered for Holm over the four contrasts (module doc, "Sizing"; about 4.2 h on 2 quiet cores):
+#: pass them as ``--seeds``, ``--steps``, ``--eval-problems``, ``--eval-k``
+SUITE_SIZES: dict[str, int] = {"seeds": 13, "steps": 20, "eval_problems": 128, "eval_k": 2}
+#: what fits 2 h on 2 quiet cores (80 % power per contrast at α = 0.05, not after Holm)
+BUDGET_SIZES: dict[str, int] = {"seeds": 9, "steps": 12, "eval_problems": 128, "eval_k": 2}
+
+register_suite(
+    Suite(
+        name="agents",
+        methods=AGENT_METHODS,
+        regimes=(
+            Regime("sokoban", "the shipped 'mid' Sokoban test-bed agent (6x6, 1 box, 15 steps), window 0, 8-token replies"),
+        ),
+        reference="gigpo",
+    )
+)
+
+
+def _mean(rows: Sequence[dict], key: str, lo: int = 0, hi: int | None = None) -> float:
+    v = [r[key] for r in rows[lo:hi] if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def _seed_mean(values: Sequence[float]) -> float:
+    v = [x for x in values if np.isfinite(x)]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def agent_summary(jobs: Sequence[Any], reference: str = "gigpo") -> dict[str, dict[str, dict[str, float]]]:
+    """``{regime: {method: {...}}}`` from the runs' ``metrics.jsonl`` (training jobs only; seeds
+    averaged): ``new_tokens_per_update``, ``new_actions_per_update``, ``success_mixed_fresh``,
+    ``success_mixed_replayed``, ``episode_success_replayed``, ``replayed_alpha_p50_first_third`` /
+    ``_last_third`` (median replayed α, mean over the updates of that third of the run), ``seeds``, and
+    ``token_ratio_vs_reference`` (new tokens per update / the reference method's; the paper's VSR vs
+    GiGPO ratio is 39.27M / 81.30M = 0.48)."""
+    from llm_harness.trainer.runlog import read_metrics
+
+    per: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for j in jobs:
+        if j.method == "base":
+            continue
+        rows = read_metrics(Path(j.run_dir) / "metrics.jsonl")
+        if not rows:
+            continue
+        third = max(1, len(rows) // 3)
+        per.setdefault((j.regime, j.method), []).append({
+            "new_tokens_per_update": _mean(rows, "gen_new_tokens"),
+            "new_actions_per_update": _mean(rows, "gen_new_actions"),
+            "success_mixed_fresh": _mean(rows, "success_mixed_frac_fresh"),
+            "success_mixed_replayed": _mean(rows, "success_mixed_frac_replayed_prefix"),
+            "episode_success_replayed": _mean(rows, "episode_success_replayed_prefix"),
+            "replayed_alpha_p50_first_third": _mean(rows, "vsr_replayed_alpha_p50", 0, third),
+            "replayed_alpha_p50_last_third": _mean(rows, "vsr_replayed_alpha_p50", len(rows) - third),
+        })
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for (regime, method), runs in per.items():
+        row = {k: _seed_mean([r[k] for r in runs]) for k in runs[0]}
+        row["seeds"] = float(len(runs))
+        out.setdefault(regime, {})[method] = row
+    for methods in out.values():
+        ref = methods.get(reference, {}).get("new_tokens_per_update", float("nan"))
+        for row in methods.values():
+            row["token_ratio_vs_reference"] = row["new_tokens_per_update"] / ref if np.isfinite(ref) and ref > 0 else float("nan")
+    return out
+
+
+def format_agent_summary(summary: dict[str, dict[str, dict[str, float]]]) -> str:
+    """A markdown section of :func:`agent_summary` (one table per regime)."""
+    def f(x: float, nd: int = 3) -> str:
+        return "-" if not np.isfinite(x) else f"{x:.{nd}f}"
+
+    lines = ["## Episode accounting (agents)", ""]
+    for regime, methods in summary.items():
+        lines += [f"### {regime}", "",
+                  "| method | seeds | new tokens / update | new actions / update | token ratio vs GiGPO | success-mixed groups: "
+                  "initial | replayed | replayed success | median replayed α: first third | last third |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for m, r in methods.items():
+            lines.append(f"| {m} | {int(r['seeds'])} | {f(r['new_tokens_per_update'], 0)} | {f(r['new_actions_per_update'], 1)} | "
+                         f"{f(r['token_ratio_vs_reference'], 2)} | {f(r['success_mixed_fresh'])} | {f(r['success_mixed_replayed'])} | "
+                         f"{f(r['episode_success_replayed'])} | {f(r['replayed_alpha_p50_first_third'])} | "
+                         f"{f(r['replayed_alpha_p50_last_third'])} |")
+        lines.append("")
+    return "\n".join(lines)

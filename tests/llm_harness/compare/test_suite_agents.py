@@ -1,0 +1,74 @@
+"""``vsr compare --suite agents`` (issue 16 item 4): the suite's jobs resolve to the agent configs, and a
+2-update smoke run of the base evaluation, GiGPO, VSR + GiGPO and the static-reset control (tiny sizes)
+completes through the runner's worker, logs the episode accounting, and :func:`agent_summary` reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm_harness.compare.runner import CompareConfig, plan_jobs
+from llm_harness.compare.suite import SUITES
+from llm_harness.trainer.config import TrainConfig
+from llm_harness.trainer.loop import check_registries
+from vsr.config_io import deep_merge, from_dict
+
+
+def test_the_suite_is_registered_with_gigpo_as_reference(tmp_path):
+    s = SUITES["agents"]
+    assert s.reference == "gigpo" and [m.name for m in s.methods][0] == "gigpo"
+    jobs = plan_jobs(CompareConfig(suite="agents", out=tmp_path, seeds=2, steps=20))
+    assert len(jobs) == len(s.regimes) * 2 * (len(s.methods) + 1)
+    for j in jobs:
+        tc = from_dict(TrainConfig, j.mapping)
+        check_registries(tc)
+        assert tc.algo.advantage == "gigpo" and tc.algo.collector == "multiturn" and tc.task.name == "env"
+        assert tc.model.path.endswith("checkpoints/sokoban/mid") and tc.steps == 20 and tc.validation.n_problems == 128
+        vsr = tc.plugins.get("vsr")
+        assert (vsr is None) == (j.method in ("base", "gigpo"))
+        if j.method == "vsr_norecency":
+            assert vsr["freeze_after"] == 5  # a quarter of the run, rescaled from the config's 10 of 40
+
+
+def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
+    from llm_harness.compare.runner import _execute
+    from llm_harness.compare.suites_agents import agent_summary, format_agent_summary
+
+    tiny = {"steps": 2, "task": {"params": {"n_train": 16}},  # building 5000 training rooms costs ~30 s per job
+            "rollout": {"prompts_per_step": 3, "group_size": 2}, "agent": {"max_turns": 4},
+            "validation": {"every": 2, "n_problems": 4, "k": 1}, "plugins": {}}
+    jobs = []
+    for j in plan_jobs(CompareConfig(suite="agents", out=tmp_path, quick=True)):
+        if j.method not in ("base", "gigpo", "vsr_gigpo", "static_reset"):
+            continue
+        over = dict(tiny)
+        if "vsr" in j.mapping["plugins"]:
+            over["plugins"] = {"vsr": {**j.mapping["plugins"]["vsr"], "cold_start_problems": 4}}
+        jobs.append(type(j)(j.regime, j.method, j.seed, j.run_dir, deep_merge(j.mapping, over)))
+    for j in jobs:
+        res = _execute(j)
+        assert res["rc"] == 0, j.method
+        done = json.loads((Path(j.run_dir) / "done.json").read_text())
+        if j.method == "base":
+            v = done["validation"]
+            assert v["val_avg_at_1"] == v["val_success"] and 0.0 <= v["val_success"] <= 1.0
+    rows = {j.method: [json.loads(x) for x in (Path(j.run_dir) / "metrics.jsonl").read_text().splitlines()]
+            for j in jobs if j.method != "base"}
+    for m, rs in rows.items():
+        assert len(rs) == 2 and "val_success" in rs[-1]
+        assert all(r["gen_new_actions"] >= r["episodes"] >= 6 for r in rs), m
+        assert all(r["episode_turns_mean"] <= 4 for r in rs)
+    # the static-reset control replays expert states from the first update; their groups are counted
+    assert all(r["groups_replayed_prefix"] == 1.0 and 0.0 < r["vsr_replayed_alpha_p50"] < 1.0 for r in rows["static_reset"])
+    assert all(np.isfinite(r["success_mixed_frac_replayed_prefix"]) for r in rows["static_reset"])
+    summary = agent_summary(jobs)["sokoban"]
+    assert set(summary) == {"gigpo", "vsr_gigpo", "static_reset"}
+    assert summary["gigpo"]["token_ratio_vs_reference"] == 1.0
+    s = summary["static_reset"]
+    assert s["new_actions_per_update"] == pytest.approx(np.mean([r["gen_new_actions"] for r in rows["static_reset"]]))
+    assert 0.0 < s["replayed_alpha_p50_first_third"] < 1.0 and not np.isfinite(summary["gigpo"]["success_mixed_replayed"])
+    text = format_agent_summary(agent_summary(jobs))
+    assert "| static_reset | 1 |" in text and "new actions / update" in text
