@@ -295,3 +295,35 @@ def assumptions_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any
                       "reverse curriculum); (3) it transfers to held-out problems. Per VSR arm, paired by seed with "
                       f"{suite.reference} (95% Student-t intervals):", ""] + table + [""]
     return lines
+
+
+@register_section("sweep")
+def sweep_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
+    """One table over the suite's regimes (e.g. learning rates): every arm's held-out avg@1 at each
+    evaluation, the starting checkpoint's, and whether the arm ever fell below the start by more than
+    two binomial standard errors of the evaluation (``unstable``)."""
+    k = cfg.sizes["eval_k"]
+    lines = ["## The sweep at a glance", "",
+             "Held-out avg@1 (%) at each evaluation (mean over seeds). 'unstable': some evaluation fell more than two "
+             f"standard errors (binomial, over {cfg.sizes['eval_problems']} problems x {k} samples, a lower bound on the "
+             "true error) below the starting checkpoint.", "",
+             "| regime | method | start | " + " | ".join(f"update {s}" for s in range(cfg.sizes["eval_every"], cfg.sizes["steps"] + 1,
+                                                                    cfg.sizes["eval_every"])) + " | stable? |",
+             "|---|---|---|" + "---|" * len(range(cfg.sizes["eval_every"], cfg.sizes["steps"] + 1, cfg.sizes["eval_every"])) + "---|"]
+    n = cfg.sizes["eval_problems"] * k
+    for regime in suite.regimes:
+        reg = summary.get(regime.name)
+        if not reg:
+            continue
+        base = [v["avg"] for v in reg["base"].values() if v.get("avg") is not None]
+        b = float(np.mean(base)) if base else float("nan")
+        se = float(np.sqrt(b * (1 - b) / n)) if np.isfinite(b) else float("nan")
+        for m in suite.methods:
+            if m.name not in reg["methods"]:
+                continue
+            seeds = reg["methods"][m.name]["seeds"].values()
+            steps = sorted({c[0] for s in seeds for c in s["curve"]})
+            vals = [float(np.mean([c[1] for s in seeds for c in s["curve"] if c[0] == st])) for st in steps]
+            stable = "unstable" if any(v < b - 2 * se for v in vals) else "stable"
+            lines.append(f"| {regime.name} | {m.name} | {100 * b:.1f} | " + " | ".join(f"{100 * v:.1f}" for v in vals) + f" | {stable} |")
+    return lines + [""]

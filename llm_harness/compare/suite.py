@@ -226,7 +226,7 @@ register_suite(
         ),
         sizes={"seeds": 1, "steps": 160, "eval_problems": 128, "eval_k": 16, "eval_every": 80},
         pool=_REGIME_POOL,
-        sections=("pool",),
+        sections=("sweep", "pool"),
     )
 )
 
