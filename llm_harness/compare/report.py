@@ -75,9 +75,22 @@ def last_row_value(rows: list[dict], key: str) -> float:
     return float("nan")
 
 
-def _mean(rows: list[dict], key: str) -> float:
-    v = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
+def _mean(rows: Sequence[dict], key: str, lo: int = 0, hi: int | None = None) -> float:
+    """Mean of the finite numeric values of ``key`` in ``rows[lo:hi]`` (nan if none)."""
+    v = [r[key] for r in rows[lo:hi] if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
     return float(np.mean(v)) if v else float("nan")
+
+
+def moving_mean(y: np.ndarray, w: int) -> np.ndarray:
+    """Centred moving mean of width ``w`` over finite entries (nan where a window has none)."""
+    y = np.asarray(y, dtype=np.float64)
+    out = np.full_like(y, np.nan)
+    for i in range(len(y)):
+        seg = y[max(0, i - w // 2): i + w // 2 + 1]
+        seg = seg[np.isfinite(seg)]
+        if seg.size:
+            out[i] = seg.mean()
+    return out
 
 
 def summarise(cfg: Any, jobs: Sequence[Any]) -> dict[str, Any]:

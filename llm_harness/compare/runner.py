@@ -184,42 +184,19 @@ def prepare_pool(cfg: CompareConfig) -> Path | None:
     path = cfg.pool_path
     if suite.pool is None or path is None:
         return None
-    from llm_harness.compare.suite import CONFIG_DIR
-    from llm_harness.trainer.config import TrainConfig
-    from llm_harness.trainer.entry import build_trainer
-    from llm_harness.trainer.pool import PoolSelection, select_pool, write_pool
-    from vsr.config_io import deep_merge, from_dict, read_mapping
-
-    sel = PoolSelection(**{**dict(suite.pool.selection), **(QUICK_POOL if cfg.quick else {})})
-    mapping = deep_merge(read_mapping(CONFIG_DIR / suite.pool.config), {"run": {"run_dir": str(path.parent / "_pool_run"),
-                                                                                 "progress": False}})
-    mapping.get("task", {}).pop("pool", None)
-    tcfg = from_dict(TrainConfig, mapping, where=f"suite {suite.name} pool")
-    from dataclasses import asdict
-
-    if path.is_file():
-        try:
-            doc = json.loads(path.read_text())
-            if doc.get("selection") == asdict(sel) and doc.get("model") == tcfg.model.path and doc.get("task_params") == dict(tcfg.task.params):
-                return path
-        except (OSError, ValueError):
-            pass
-        print(f"vsr compare: {path} was selected with other settings; selecting again", flush=True)
     import torch
 
+    from llm_harness.compare.suite import CONFIG_DIR
+    from llm_harness.trainer.pool import PoolSelection, pool_is_current, select_to_file, selection_config
+
+    sel = PoolSelection(**{**dict(suite.pool.selection), **(QUICK_POOL if cfg.quick else {})})
+    tcfg = selection_config(CONFIG_DIR / suite.pool.config, run_dir=str(path.parent / "_pool_run"))
+    if pool_is_current(path, tcfg, sel):
+        return path
+    if path.is_file():
+        print(f"vsr compare: {path} was selected with other settings; selecting again", flush=True)
     torch.set_num_threads(max(1, cfg.workers))
-    t0 = time.perf_counter()
-    tr = build_trainer(tcfg)
-    try:
-        doc = select_pool(tr, sel, progress=True)
-    finally:
-        tr.close()
-    doc["wall_s"] = time.perf_counter() - t0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_pool(path, doc)
-    st = doc["stats"]
-    print(f"pool: {st['kept']} of {st['candidates']} candidates ({st['qualifying']} with <= {sel.max_successes} "
-          f"successes in {sel.samples}), {doc['wall_s']:.0f} s -> {path}", flush=True)
+    select_to_file(tcfg, sel, path)
     return path
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _rows, register_section, seed_interval
+from llm_harness.compare.report import _mean, _rows, moving_mean, register_section, seed_interval
 from llm_harness.methods.vsr import CURRICULUM_BINS
 from vsr.atomic import save_figure
 
@@ -131,19 +132,16 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
             for key, axis in (("mixed_frac_fresh", ax[1, 0]), ("vsr_buffer_expert_frac", ax[1, 1]),
                               ("vsr_replayed_alpha_mean", ax[1, 2])):
                 ys = np.array([s["series"][key] for s in dd["seeds"]], dtype=np.float64)
-                with np.errstate(invalid="ignore"):
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # an update no seed logged: nan
                     y = np.nanmean(ys, axis=0)
-                k = max(1, len(y) // 20)
-                y = np.convolve(np.nan_to_num(y, nan=np.nanmean(y) if np.isfinite(y).any() else 0.0), np.ones(k) / k, mode="valid")
-                axis.plot(np.arange(len(y)) + k // 2, y, label=name)
+                axis.plot(np.arange(len(y)), moving_mean(y, max(1, len(y) // 20)), label=name)
         ref_dirs = [Path(j.run_dir) for j in jobs if j.regime == regime and j.method == suite.reference]
-        ys = [[r.get("mixed_frac_fresh", np.nan) for r in _rows(p)] for p in ref_dirs if _rows(p)]
+        ys = [[r.get("mixed_frac_fresh", np.nan) for r in rows] for rows in map(_rows, ref_dirs) if rows]
         if ys:
             n = min(len(y) for y in ys)
             y = np.nanmean(np.array([y[:n] for y in ys], dtype=np.float64), axis=0)
-            k = max(1, len(y) // 20)
-            y = np.convolve(np.nan_to_num(y), np.ones(k) / k, mode="valid")
-            ax[1, 0].plot(np.arange(len(y)) + k // 2, y, "k--", label=suite.reference)
+            ax[1, 0].plot(np.arange(len(y)), moving_mean(y, max(1, len(y) // 20)), "k--", label=suite.reference)
         ax[1, 0].set_title("mixed fresh groups (fraction, moving mean)", fontsize=10)
         ax[1, 1].set_title("expert (cold-start) share of buffer trajectories", fontsize=10)
         ax[1, 2].set_title("mean α of the replayed states per update", fontsize=10)
@@ -230,20 +228,6 @@ def calibration_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any
     return lines
 
 
-def _late_mean(rows: list[dict], key: str, frac: float = 0.25) -> float:
-    """Mean of ``key`` over the last ``frac`` of a run's updates (nan if absent)."""
-    if not rows:
-        return float("nan")
-    n0 = int(len(rows) * (1 - frac))
-    v = [r[key] for r in rows[n0:] if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
-    return float(np.mean(v)) if v else float("nan")
-
-
-def _all_mean(rows: list[dict], key: str) -> float:
-    v = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
-    return float(np.mean(v)) if v else float("nan")
-
-
 @register_section("assumptions")
 def assumptions_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
     """Which link of VSR's argument holds on the test bed, arm by arm, paired by seed with the reference:
@@ -266,9 +250,10 @@ def assumptions_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any
             if not seeds:
                 continue
             any_row = True
-            mixed_arm = seed_interval([_all_mean(arm[s], "mixed_frac_replayed_prefix") for s in seeds])
-            mixed_ref = seed_interval([_all_mean(ref_rows[s], "mixed_frac_fresh") for s in seeds])
-            d_fresh = seed_interval([_late_mean(arm[s], "accuracy_fresh") - _late_mean(ref_rows[s], "accuracy_fresh") for s in seeds])
+            mixed_arm = seed_interval([_mean(arm[s], "mixed_frac_replayed_prefix") for s in seeds])
+            mixed_ref = seed_interval([_mean(ref_rows[s], "mixed_frac_fresh") for s in seeds])
+            late = lambda rows: _mean(rows, "accuracy_fresh", len(rows) * 3 // 4)  # noqa: E731 - the last quarter
+            d_fresh = seed_interval([late(arm[s]) - late(ref_rows[s]) for s in seeds])
             meth = summary[regime]["methods"].get(m.name, {"seeds": {}})["seeds"]
             ref = summary[regime]["methods"].get(suite.reference, {"seeds": {}})["seeds"]
             d_held = seed_interval([meth[s]["avg"] - ref[s]["avg"] for s in seeds if s in meth and s in ref])

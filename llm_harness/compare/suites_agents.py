@@ -69,6 +69,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from llm_harness.compare.report import _mean
 from llm_harness.compare.suite import Method, Regime, Suite, register_suite
 
 __all__ = ["AGENT_METHODS", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
@@ -97,11 +98,6 @@ register_suite(
         reference="gigpo",
     )
 )
-
-
-def _mean(rows: Sequence[dict], key: str, lo: int = 0, hi: int | None = None) -> float:
-    v = [r[key] for r in rows[lo:hi] if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
-    return float(np.mean(v)) if v else float("nan")
 
 
 def _seed_mean(values: Sequence[float]) -> float:

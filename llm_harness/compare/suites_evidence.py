@@ -57,7 +57,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _rows, register_section, seed_interval
+from llm_harness.compare.report import _rows, moving_mean, register_section, seed_interval
 from llm_harness.compare.stats import holm, paired_contrast, paired_power
 from llm_harness.compare.suite import Method, PoolSpec, Regime, Suite, register_suite
 from vsr.atomic import save_figure, write_text
@@ -639,17 +639,6 @@ _DYNAMICS = (("entropy", "policy entropy of the trained tokens (nats)"),
              ("extra_novelty_bonus_pos_frac", "fraction of samples with a positive bonus"))
 
 
-def _smooth(y: np.ndarray, w: int) -> np.ndarray:
-    """Centred moving mean over finite entries (nan where a window has none)."""
-    out = np.full_like(y, np.nan)
-    for i in range(len(y)):
-        seg = y[max(0, i - w // 2): i + w // 2 + 1]
-        seg = seg[np.isfinite(seg)]
-        if seg.size:
-            out[i] = seg.mean()
-    return out
-
-
 @register_section("extra_dynamics")
 def extra_dynamics_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
     """ExTra Fig. 2: policy entropy and the novelty signal over training (seed mean and min–max band, moving mean),
@@ -678,7 +667,7 @@ def extra_dynamics_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: 
                 y = s[key]
                 if not np.isfinite(y).any():
                     continue
-                sm = np.array([_smooth(r, w) for r in y])
+                sm = np.array([moving_mean(r, w) for r in y])
                 with np.errstate(invalid="ignore"), _quiet():
                     mean, lo, hi = np.nanmean(sm, 0), np.nanmin(sm, 0), np.nanmax(sm, 0)
                 x = np.arange(steps)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +25,7 @@ from vsr.atomic import write_json
 from vsr.checks import check_number
 from vsr.seeding import derive_seed
 
-__all__ = ["POOL_FORMAT", "PoolSelectConfig", "PoolSelection", "select_command", "load_pool", "pool_digest", "restrict_to_pool", "select_pool", "write_pool"]
+__all__ = ["POOL_FORMAT", "PoolSelectConfig", "PoolSelection", "select_command", "load_pool", "pool_digest", "pool_is_current", "selection_config", "select_to_file", "restrict_to_pool", "select_pool", "write_pool"]
 
 POOL_FORMAT = "vsr-prompt-pool/1"
 #: role key of the selection's streams in :func:`vsr.seeding.derive_seed`
@@ -144,6 +144,49 @@ def restrict_to_pool(problems: Sequence[Any], ids: Sequence[str], *, where: str 
     return [by_id[i] for i in ids]
 
 
+def selection_config(path: str | Path, **run: Any) -> Any:
+    """The TrainConfig of a pool selection: the training config at ``path`` without its own ``task.pool``
+    (the pool is what is being chosen), no progress bar, ``run`` fields as given."""
+    from llm_harness.trainer.config import TrainConfig
+    from vsr.config_io import deep_merge, from_dict, read_mapping
+
+    mapping = deep_merge(read_mapping(path), {"run": {"progress": False, **run}})
+    mapping.get("task", {}).pop("pool", None)
+    return from_dict(TrainConfig, mapping, where=str(path))
+
+
+def pool_is_current(path: str | Path, train_cfg: Any, sel: PoolSelection) -> bool:
+    """Whether ``path`` holds a pool selected with ``sel`` from ``train_cfg``'s model and task parameters."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return (doc.get("selection") == asdict(sel) and doc.get("model") == train_cfg.model.path
+            and doc.get("task_params") == dict(train_cfg.task.params))
+
+
+def select_to_file(train_cfg: Any, sel: PoolSelection, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Build ``train_cfg``'s trainer (nothing is written to its run directory), select the pool, write it to
+    ``out`` (atomically) and print one summary line; returns the pool document (with ``wall_s``)."""
+    import time
+
+    from llm_harness.trainer.entry import build_trainer
+
+    t0 = time.perf_counter()
+    tr = build_trainer(train_cfg)
+    try:
+        doc = select_pool(tr, sel, progress=progress)
+    finally:
+        tr.close()
+    doc["wall_s"] = time.perf_counter() - t0
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_pool(out, doc)
+    st = doc["stats"]
+    print(f"pool: {st['kept']} of {st['candidates']} candidates ({st['qualifying']} with <= {sel.max_successes} successes "
+          f"in {sel.samples}; pool success rate {st['pool_success_rate']:.3f}), {doc['wall_s']:.0f} s -> {out}", flush=True)
+    return doc
+
+
 @dataclass(frozen=True)
 class PoolSelectConfig:
     """Options of ``vsr pool select``."""
@@ -152,36 +195,11 @@ class PoolSelectConfig:
     """Training config whose model, task and rollout settings the selection uses."""
     out: str = "runs/pools/pool.json"
     """Pool file written (train on it with ``--task.pool OUT``)."""
-    candidates: int = 1024
-    """Problems examined."""
-    samples: int = 16
-    """Completions per candidate."""
-    max_successes: int = 1
-    """Keep candidates with at most this many successes."""
-    size: int = 128
-    """Pool size."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    seed: int = 0
-    """Seed of the candidate order and the sampling."""
+    selection: PoolSelection = field(default_factory=PoolSelection)
+    """How candidates are examined and kept."""
 
 
 def select_command(cfg: PoolSelectConfig) -> int:
     """``vsr pool select``: select a hard-prompt pool with a config's starting model and write it."""
-    from llm_harness.trainer.config import TrainConfig
-    from llm_harness.trainer.entry import build_trainer
-    from vsr.config_io import deep_merge, from_dict, read_mapping
-
-    sel = PoolSelection(cfg.candidates, cfg.samples, cfg.max_successes, cfg.size, cfg.temperature, 1.0, cfg.seed)
-    mapping = deep_merge(read_mapping(cfg.train_config), {"run": {"progress": False}})
-    mapping.get("task", {}).pop("pool", None)
-    tr = build_trainer(from_dict(TrainConfig, mapping, where=cfg.train_config))
-    try:
-        doc = select_pool(tr, sel, progress=True)
-    finally:
-        tr.close()
-    write_pool(cfg.out, doc)
-    st = doc["stats"]
-    print(f"pool: {st['kept']} of {st['candidates']} candidates ({st['qualifying']} with <= {sel.max_successes} successes "
-          f"in {sel.samples}; pool success rate {st['pool_success_rate']:.3f}) -> {cfg.out}")
+    select_to_file(selection_config(cfg.train_config), cfg.selection, cfg.out)
     return 0

@@ -95,8 +95,8 @@ def test_pool_select_command_writes_a_loadable_pool(tmp_path):
     cfg = tiny_config(str(tmp_path / "run"))
     save_config(cfg, tmp_path / "train.yaml")
     out = tmp_path / "pool.json"
-    assert select_command(PoolSelectConfig(train_config=str(tmp_path / "train.yaml"), out=str(out), candidates=12,
-                                           samples=2, max_successes=1, size=4)) == 0
+    assert select_command(PoolSelectConfig(train_config=str(tmp_path / "train.yaml"), out=str(out),
+                                           selection=PoolSelection(candidates=12, samples=2, max_successes=1, size=4))) == 0
     ids = load_pool(out, task="step_arith", task_params=dict(cfg.task.params), split="train")
     assert 1 <= len(ids) <= 4
     assert not (tmp_path / "run").exists()  # selection writes no run directory
