@@ -94,16 +94,17 @@ if [ "$rc" -ne 0 ]; then echo "gpu_check: agent training/resume FAILED (exit $rc
 #    its tokenizer has no chat template, so make_data.py writes vsr_prompt_ids)
 VPY="${VERL_PYTHON:-$PY}"
 if "$VPY" -c 'import verl, vllm' 2>/dev/null; then
-    echo "== verl smoke: grpo vsr_grpo vsr extra vsr_extra, 2 steps each =="
+    echo "== verl smoke: grpo vsr_grpo vsr extra vsr_extra replay all, 2 steps each (replay without warm-up) =="
     TB="$("$VPY" -c 'from llm_harness.testbed.paths import shipped_checkpoint; print(shipped_checkpoint("mid"))')"
     for agent in single_turn_agent vsr_prefix; do
         timeout 120 "$VPY" scripts/verl/make_data.py --task step_arith --params '{"n_train": 256, "n_validation": 16}' \
             --out "$OUT_DIR/verl_data/$agent" --agent "$agent" --tokenizer "$TB" || status=1
     done
-    for m in grpo vsr_grpo vsr extra vsr_extra; do
-        case "$m" in vsr|vsr_extra) d=vsr_prefix ;; *) d=single_turn_agent ;; esac
+    for m in grpo vsr_grpo vsr extra vsr_extra replay all; do
+        case "$m" in vsr|vsr_extra|all) d=vsr_prefix ;; *) d=single_turn_agent ;; esac
+        case "$m" in replay|all) x=(++algorithm.vsr.replay.warmup=0) ;; *) x=() ;; esac
         PYTHON="$VPY" MODEL="$TB" DATA="$OUT_DIR/verl_data/$d" OUT="$OUT_DIR/verl_$m" STEPS=2 B=8 N=4 RESP=64 PROMPT_LEN=64 \
-            timeout 300 scripts/verl/train.sh "$m" actor_rollout_ref.rollout.gpu_memory_utilization=0.3 > "$OUT_DIR/verl_$m.log" 2>&1
+            timeout 300 scripts/verl/train.sh "$m" actor_rollout_ref.rollout.gpu_memory_utilization=0.3 "${x[@]}" > "$OUT_DIR/verl_$m.log" 2>&1
         rc=$?
         if [ "$rc" -ne 0 ]; then echo "gpu_check: verl smoke $m FAILED (exit $rc; log $OUT_DIR/verl_$m.log)" >&2; status=1; fi
     done

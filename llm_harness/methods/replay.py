@@ -39,7 +39,7 @@ from llm_harness.trainer.rollout import derive_seed
 from llm_harness.trainer.step import Composition, Result, Step
 from vsr.registry import Registry
 
-__all__ = ["PRIORITIES", "ReplayConfig", "ReplayPlugin", "split_rollouts", "unit_priority"]
+__all__ = ["PER_SAMPLE", "PRIORITIES", "ReplayConfig", "ReplayPlugin", "split_rollouts", "unit_priority"]
 
 LEVELS = ("rollout", "query")
 COMPOSITIONS = ("fresh_anchored", "pool")
@@ -93,19 +93,32 @@ class ReplayConfig:
             raise ValueError("priority: 'abs_adv' is a rollout-level signal; use level: rollout (or sigma_g/uniform)")
 
 
+#: ``info[PER_SAMPLE]``: a mapping name -> per-sample sequence that :func:`split_rollouts` slices
+#: (e.g. the verl adapter's TransferQueue row keys); every other ``info`` entry is per group and dropped
+PER_SAMPLE = "per_sample"
+
+
 def split_rollouts(g: RolloutGroup) -> list[RolloutGroup]:
-    """One single-sample group per rollout of ``g``, keeping its birth advantage and ``σ_g``."""
+    """One single-sample group per rollout of ``g``, keeping its birth advantage, ``σ_g``, its own
+    context (multi-turn rows) and its slice of ``info[PER_SAMPLE]``."""
     if g.advantages is None:
         raise ValueError("group: advantages not computed")
     sig = float(np.std(g.rewards))
+    per = dict(g.info.get(PER_SAMPLE, {}))
+    for k, v in per.items():
+        if len(v) != g.size:
+            raise ValueError(f"info[{PER_SAMPLE!r}][{k!r}]: {len(v)} entries for {g.size} samples")
     out = []
     for i in range(g.size):
+        info: dict[str, Any] = {"replay_sigma_g": sig}
+        if per:
+            info[PER_SAMPLE] = {k: [v[i]] for k, v in per.items()}
         out.append(
             RolloutGroup(
                 g.start, [g.response_ids[i]], [g.behaviour_logprobs[i]], g.rewards[i : i + 1], g.birth_step,
                 verify=[g.verify[i]] if g.verify else [], finish_reasons=[g.finish_reasons[i]] if g.finish_reasons else [],
                 advantages=g.advantages[i : i + 1], weights=None if g.weights is None else g.weights[i : i + 1],
-                info={"replay_sigma_g": sig},
+                info=info, contexts=[g.contexts[i]] if g.contexts else [],
             )
         )
     return out
@@ -121,7 +134,7 @@ def _as_replayed(u: RolloutGroup) -> RolloutGroup:
     return RolloutGroup(
         replace(u.start, origin=Origin.REPLAYED_ROLLOUT), list(u.response_ids), list(u.behaviour_logprobs), u.rewards.copy(),
         u.birth_step, verify=list(u.verify), finish_reasons=list(u.finish_reasons), advantages=u.advantages.copy(),
-        weights=None if u.weights is None else u.weights.copy(), info=dict(u.info),
+        weights=None if u.weights is None else u.weights.copy(), info=dict(u.info), contexts=list(u.contexts),
     )
 
 

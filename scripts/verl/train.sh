@@ -2,13 +2,14 @@
 # One-node verl 0.9.1 runs of the toolkit's methods (README "Scaling out"). Usage:
 #   scripts/verl/train.sh METHOD [extra Hydra overrides...]
 # METHOD: grpo (verl's own estimator) | vsr_grpo (the toolkit's GRPO) | vsr (VSR prefix replay)
-#         | extra (GRPO + ExTra novelty) | vsr_extra (both)
+#         | extra (GRPO + ExTra novelty) | vsr_extra (both) | replay (GRPO + rollout-level |A| replay)
+#         | all (VSR + ExTra + replay)
 # Env: PYTHON (interpreter with verl, vLLM and this package; default python3), MODEL (local model folder; Qwen2.5-0.5B-Instruct or -1.5B-Instruct for the recipe),
 #      DATA (folder with train.parquet / val.parquet from make_data.py; VSR needs --agent vsr_prefix),
 #      OUT (checkpoints and logs), STEPS (default 150), GPUS (default 1), B (prompts per step, 64),
-#      N (samples per prompt, 8), RESP (max response tokens, 1024), PROMPT_LEN (512);
+#      N (samples per prompt, 8), RESP (max response tokens, 1024), PROMPT_LEN (512),
+#      MB (PPO mini-batch in prompts; default B, B/2 for replay methods so that r = 0.5 of a batch is a whole mini-batch);
 #      DRY_RUN=1 prints the Hydra overrides one per line instead of running (the tests compose them).
-# Rollout-level |A| replay has no verl route in this toolkit yet (README "Scaling out").
 set -euo pipefail
 METHOD="${1:?usage: scripts/verl/train.sh METHOD [overrides...]}"
 shift
@@ -23,10 +24,16 @@ case "$METHOD" in
   extra)     M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0) ;;
   vsr_extra) M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0
                 +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5) ;;
-  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | extra | vsr_extra)" >&2; exit 2 ;;
+  replay)    M=(algorithm.adv_estimator=vsr_grpo +algorithm.vsr.replay.ratio=0.5 +algorithm.vsr.replay.max_age=10
+                +algorithm.vsr.replay.alpha=0.5 +algorithm.vsr.replay.warmup=20) ;;
+  all)       M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0
+                +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5
+                +algorithm.vsr.replay.ratio=0.5 +algorithm.vsr.replay.max_age=10 +algorithm.vsr.replay.warmup=20) ;;
+  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | extra | vsr_extra | replay | all)" >&2; exit 2 ;;
 esac
+case "$METHOD" in replay|all) MB="${MB:-$((B / 2))}" ;; *) MB="${MB:-$B}" ;; esac
 case "$METHOD" in
-  vsr|vsr_extra)
+  vsr|vsr_extra|all)
     "${PYTHON:-python3}" - "$DATA/train.parquet" <<'PY' || { echo "train.sh: $METHOD needs make_data.py --agent vsr_prefix" >&2; exit 2; }
 import sys, pandas as pd
 sys.exit(0 if (pd.read_parquet(sys.argv[1], columns=["agent_name"])["agent_name"] == "vsr_prefix").all() else 1)
@@ -41,7 +48,7 @@ ARGS=(
   data.train_batch_size="$B" data.max_prompt_length="$PROMPT_LEN" data.max_response_length="$RESP" \
   data.filter_overlong_prompts=False \
   actor_rollout_ref.model.path="$MODEL" \
-  actor_rollout_ref.actor.ppo_mini_batch_size="$B" actor_rollout_ref.actor.optim.lr=1e-6 \
+  actor_rollout_ref.actor.ppo_mini_batch_size="$MB" actor_rollout_ref.actor.optim.lr=1e-6 \
   actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.clip_ratio_low=0.2 actor_rollout_ref.actor.clip_ratio_high=0.28 \
   actor_rollout_ref.actor.loss_agg_mode=token-mean \
   actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n="$N" actor_rollout_ref.rollout.calculate_log_probs=True \

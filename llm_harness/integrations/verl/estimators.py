@@ -42,7 +42,7 @@ from llm_harness.integrations.verl.batch import group_rows, outcome_scores, scat
 from llm_harness.trainer.advantages import ADVANTAGE_ESTIMATORS, DEFAULT_DDOF, GRPO_EPS, group_advantages
 from vsr.config_io import from_dict
 
-__all__ = ["ESTIMATORS", "ExtraParams", "GroupParams", "NoveltyMemory", "register_all", "verl_name"]
+__all__ = ["ESTIMATORS", "ExtraParams", "GroupParams", "NoveltyMemory", "register_all", "verl_name", "vsr_params"]
 
 PREFIX = "vsr_"
 
@@ -66,6 +66,9 @@ class GroupParams:
     """``algorithm.vsr.gigpo.*`` (:class:`~llm_harness.trainer.gigpo.GiGPOParams`), read by ``vsr_gigpo`` only."""
     prefix: Mapping[str, Any] = field(default_factory=dict)
     """``algorithm.vsr.prefix.*`` (:class:`~llm_harness.methods.vsr.VSRConfig`), read by the ``vsr_prefix`` agent loop."""
+    replay: Mapping[str, Any] = field(default_factory=dict)
+    """``algorithm.vsr.replay.*`` (:class:`~llm_harness.methods.replay.ReplayConfig`), read by the ``vsr_sync``
+    trainer's rollout-level replay (:mod:`.rollout_replay`); empty: replay off."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,11 @@ class ExtraParams:
     """Its parameters (e.g. ``{dim: 2048}``)."""
     memory_size: int = 6
     """Correct-response embeddings kept per prompt (App. B.3)."""
+
+
+def vsr_params(config: Any) -> GroupParams:
+    """``algorithm.vsr`` of a verl ``algorithm`` config as :class:`GroupParams` (unknown keys refused)."""
+    return _params(config)
 
 
 def _params(config: Any) -> GroupParams:

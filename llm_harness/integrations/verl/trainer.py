@@ -13,6 +13,10 @@ correction, writing ``advantages``/``returns`` back) follow verl 0.9.1's method 
 Departure: every output row is a sample of its uid's group; verl's GRPO path instead scores only
 the last output of an agent loop that returns several (``compute_advantage_for_multi_trajectories``)
 — the toolkit's agent loops return one output per session.
+
+With ``algorithm.vsr.replay.*`` set, the same stage then runs rollout-level |A| replay
+(:mod:`.rollout_replay`): stored rows with their birth advantages and behaviour log-probs join the
+batch before the actor update, and the fresh rows are stored. Any estimator composes with it.
 """
 
 from __future__ import annotations
@@ -21,15 +25,18 @@ from typing import Any
 
 import numpy as np
 from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl.workers.utils.padding import response_to_nested
 
-from llm_harness.integrations.verl.estimators import ESTIMATORS
+from llm_harness.integrations.verl.estimators import ESTIMATORS, vsr_params as _vsr_params
+from llm_harness.integrations.verl.rollout_replay import KEY, PER_SAMPLE, VerlReplay, row_dicts
 
 __all__ = ["REGISTERED", "VSRSyncTrainer", "estimator_inputs"]
 
@@ -69,6 +76,56 @@ class VSRSyncTrainer(PPOTrainerSync):
     """``PPOTrainerSync`` with an advantage stage that feeds the toolkit's estimators (module doc)."""
 
     def _compute_advantage(self, batch, metrics: dict):
+        batch = self._estimate(batch, metrics)
+        replay = self._replay()
+        return batch if replay is None else self._replay_stage(replay, batch, metrics)
+
+    # ---------------------------------------------------------------- rollout-level replay
+
+    def _replay(self) -> VerlReplay | None:
+        """The replay stage of ``algorithm.vsr.replay`` (built on first use), or ``None`` when not configured."""
+        if not hasattr(self, "_vsr_replay"):
+            raw = dict(_vsr_params(self.config.algorithm).replay) or None
+            seed = self.config.get("data", {}).get("seed", 0) if hasattr(self.config, "get") else 0
+            self._vsr_replay = None if raw is None else VerlReplay(raw, seed=int(seed or 0))
+        return self._vsr_replay
+
+    def _replay_multiple(self) -> int:
+        """verl's required batch multiple (data-parallel size, PPO mini-batch · n), as ``_balance_batch`` computes it."""
+        wg = self.actor_rollout_wg
+        info = wg._dispatch_info.get("actor") or wg._query_dispatch_info("actor")
+        wg._dispatch_info["actor"] = info
+        return int(self._get_required_batch_multiple(max(info) + 1))
+
+    def _replay_stage(self, replay: VerlReplay, batch, metrics: dict):
+        """Draw stored rows into this step's batch, then store its fresh rows (:mod:`.rollout_replay`)."""
+        tq = trainer_base.tq
+        t = int(self.global_steps) - 1
+        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        keys = [batch.keys[i] for i in real]
+        if not keys:
+            return batch
+        rows = row_dicts(tq.kv_batch_get(keys=keys, partition_id=batch.partition_id))
+        fresh = replay.groups(rows, keys, t)
+        drawn, m = replay.compose(t, fresh, self._replay_multiple())
+        new_keys, new_rows, new_tags = replay.replayed_rows(t, drawn)  # before storing evicts this step's oldest
+        by_key = dict(zip(keys, rows))
+        ordered = [k for g in fresh for k in g.info[PER_SAMPLE][KEY]]
+        tag_of = dict(zip(batch.keys, batch.tags))
+        m.update(replay.store(t, fresh, [by_key[k] for k in ordered], [tag_of[k] for k in ordered]))
+        m["replay_warnings"] = float(len(replay.warnings))
+        metrics.update({f"vsr_replay/{k}": v for k, v in m.items()})
+        if not drawn:
+            return batch
+        out = tq.kv_batch_put(keys=new_keys, partition_id=batch.partition_id, fields=list_of_dict_to_tensordict(new_rows),
+                              tags=new_tags)
+        combined = KVBatchMeta(partition_id=batch.partition_id, keys=list(batch.keys) + list(out.keys),
+                               tags=list(batch.tags) + list(new_tags))
+        return self._balance_batch(combined, metrics=metrics, logging_prefix="vsr_replay/global_seqlen")
+
+    # ---------------------------------------------------------------- the estimator
+
+    def _estimate(self, batch, metrics: dict):
         algo = self.config.algorithm
         est = ESTIMATORS.get(str(algo.adv_estimator))
         needs = tuple(getattr(est, "needs", ()) or ())

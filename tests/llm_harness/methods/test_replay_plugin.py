@@ -139,6 +139,22 @@ def test_split_rollouts_requires_advantages(tmp_path):
         split_rollouts(fake_group(p, tr.fresh.encode(p), [(1,)], [1], 0))
 
 
+def test_split_rollouts_keeps_each_rows_context_and_per_sample_info(tmp_path):
+    from dataclasses import replace
+
+    from llm_harness.methods.replay import PER_SAMPLE
+
+    tr = make_trainer(tmp_path)
+    g = _groups(tr, 0, [[1, 0, 1]])[0]
+    g = replace(g, contexts=[(5, 6), (7,), (8, 9, 10)], info={PER_SAMPLE: {"key": ["a", "b", "c"]}, "group_only": 1})
+    units = split_rollouts(g)
+    assert [u.contexts for u in units] == [[(5, 6)], [(7,)], [(8, 9, 10)]]
+    assert [u.info[PER_SAMPLE]["key"] for u in units] == [["a"], ["b"], ["c"]]
+    assert all("group_only" not in u.info for u in units)
+    with pytest.raises(ValueError, match="2 entries for 3 samples"):
+        split_rollouts(replace(g, info={PER_SAMPLE: {"key": ["a", "b"]}}))
+
+
 def test_empty_buffer_when_due_warns_and_trains_fresh(tmp_path):
     tr = make_trainer(tmp_path)
     rp = _plugin(tr, warmup=0)

@@ -17,6 +17,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from llm_harness.integrations.verl.estimators import _params  # noqa: E402
 from llm_harness.integrations.verl.prefix_buffer import PrefixBuffer  # noqa: E402
+from llm_harness.integrations.verl.rollout_replay import VerlReplay  # noqa: E402
 from llm_harness.tasks import get_task  # noqa: E402
 from llm_harness.testbed.paths import shipped_checkpoint  # noqa: E402
 
@@ -69,9 +70,9 @@ def test_reward_function_grades_with_the_tasks_verifier():
         reward.compute_score("openai/gsm8k", "A:7", "7", info)
 
 
-@pytest.mark.parametrize("method", ["grpo", "vsr_grpo", "vsr", "extra", "vsr_extra"])
+@pytest.mark.parametrize("method", ["grpo", "vsr_grpo", "vsr", "extra", "vsr_extra", "replay", "all"])
 def test_every_methods_overrides_compose_with_verls_config(data, method):
-    folder = data / ("vsr" if method.startswith("vsr") and method != "vsr_grpo" else "plain")
+    folder = data / ("vsr" if method in ("vsr", "vsr_extra", "all") else "plain")
     env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(folder), "OUT": "/tmp/unused", "PYTHON": sys.executable}
     out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), method], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -83,6 +84,11 @@ def test_every_methods_overrides_compose_with_verls_config(data, method):
     if "vsr" in cfg.algorithm and "prefix" in cfg.algorithm.vsr:
         assert PrefixBuffer(p.prefix, n=cfg.actor_rollout_ref.rollout.n, prompts_per_step=cfg.data.train_batch_size,
                             max_response_tokens=cfg.data.max_response_length).plugin.cfg.rho == 0.5
+    if "vsr" in cfg.algorithm and "replay" in cfg.algorithm.vsr:
+        assert VerlReplay(p.replay).cfg.ratio == 0.5
+        # r · B rows must fill whole PPO mini-batches, or verl's multiple rounds the draw down to nothing
+        n, mb = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+        assert (0.5 * cfg.data.train_batch_size * n) % (mb * n) == 0
 
 
 def test_vsr_refuses_data_without_its_agent_loop(data):
