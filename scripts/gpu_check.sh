@@ -94,7 +94,7 @@ if [ "$rc" -ne 0 ]; then echo "gpu_check: agent training/resume FAILED (exit $rc
 #    its tokenizer has no chat template, so make_data.py writes vsr_prompt_ids)
 VPY="${VERL_PYTHON:-$PY}"
 if "$VPY" -c 'import verl, vllm' 2>/dev/null; then
-    echo "== verl smoke: grpo vsr_grpo vsr extra vsr_extra replay all, 2 steps each (replay without warm-up) =="
+    echo "== verl smoke: grpo vsr_grpo vsr extra vsr_extra replay all gigpo vsr_gigpo, 2 steps each (replay without warm-up) =="
     TB="$("$VPY" -c 'from llm_harness.testbed.paths import shipped_checkpoint; print(shipped_checkpoint("mid"))')"
     for agent in single_turn_agent vsr_prefix; do
         timeout 120 "$VPY" scripts/verl/make_data.py --task step_arith --params '{"n_train": 256, "n_validation": 16}' \
@@ -105,6 +105,18 @@ if "$VPY" -c 'import verl, vllm' 2>/dev/null; then
         case "$m" in replay|all) x=(++algorithm.vsr.replay.warmup=0) ;; *) x=() ;; esac
         PYTHON="$VPY" MODEL="$TB" DATA="$OUT_DIR/verl_data/$d" OUT="$OUT_DIR/verl_$m" STEPS=2 B=8 N=4 RESP=64 PROMPT_LEN=64 \
             timeout 300 scripts/verl/train.sh "$m" actor_rollout_ref.rollout.gpu_memory_utilization=0.3 "${x[@]}" > "$OUT_DIR/verl_$m.log" 2>&1
+        rc=$?
+        if [ "$rc" -ne 0 ]; then echo "gpu_check: verl smoke $m FAILED (exit $rc; log $OUT_DIR/verl_$m.log)" >&2; status=1; fi
+    done
+    # agents on verl (the vsr_env loop): Sokoban episodes with the shipped test-bed agent (384 positions: window 0,
+    # 317-token prompts, 64 response tokens, so episodes stop at the response length after a few turns)
+    AG="$("$VPY" -c 'from llm_harness.testbed.paths import CHECKPOINT_DIR; print(CHECKPOINT_DIR / "sokoban" / "mid")')"
+    timeout 120 "$VPY" scripts/verl/make_data.py --task env --params '{"env": "sokoban", "window": 0, "n_train": 64}' \
+        --out "$OUT_DIR/verl_data/env" || status=1
+    for m in gigpo vsr_gigpo; do
+        PYTHON="$VPY" MODEL="$AG" DATA="$OUT_DIR/verl_data/env" OUT="$OUT_DIR/verl_$m" STEPS=2 B=8 N=4 RESP=64 PROMPT_LEN=320 \
+            TURN_TOKENS=8 timeout 300 scripts/verl/train.sh "$m" actor_rollout_ref.rollout.gpu_memory_utilization=0.3 \
+            > "$OUT_DIR/verl_$m.log" 2>&1
         rc=$?
         if [ "$rc" -ne 0 ]; then echo "gpu_check: verl smoke $m FAILED (exit $rc; log $OUT_DIR/verl_$m.log)" >&2; status=1; fi
     done

@@ -59,6 +59,7 @@ __all__ = [
     "EpisodeResult",
     "EpisodeStart",
     "PolicyTurn",
+    "play_turn",
     "prepare_episode",
     "run_episodes",
     "shown_reply",
@@ -210,6 +211,26 @@ def prepare_episode(env: TextEnv, start: EpisodeStart) -> tuple[list[Turn], str]
     return turns, obs
 
 
+def play_turn(env: TextEnv, turns: list[Turn], observation: str, prompt: str, prompt_ids: Sequence[int], sample: Any,
+              codec: Any) -> tuple[PolicyTurn, str, bool]:
+    """One policy turn: ``sample`` (``token_ids``, ``sampling_logprobs``, ``finish_reason``) generated from
+    ``prompt`` is the reply to ``observation``; the environment steps on its text. Appends the shown turn to
+    ``turns`` and returns ``(the turn, the next observation, done)`` — the one step of :func:`run_episodes`
+    and of the verl agent loop (``llm_harness.integrations.verl.env_loop``)."""
+    from llm_harness.trainer.evaluation import completion_text
+
+    snap = env.snapshot()
+    reply = completion_text(codec, sample.token_ids, sample.finish_reason == "stop")
+    obs, reward, done, info = env.step(reply)
+    valid = bool(info["valid"])
+    shown = shown_reply(reply)
+    pt = PolicyTurn(len(turns), prompt, tuple(int(t) for t in prompt_ids), observation, snap, reply, shown,
+                    tuple(int(t) for t in sample.token_ids), tuple(float(x) for x in sample.sampling_logprobs),
+                    sample.finish_reason, valid, float(reward), 0.0 if valid else float(env.invalid_penalty))
+    turns.append(Turn(observation, shown))
+    return pt, obs, bool(done)
+
+
 def run_episodes(
     make_env: Callable[[], TextEnv],
     starts: Sequence[EpisodeStart],
@@ -238,7 +259,6 @@ def run_episodes(
     Results are in the order of ``starts``.
     """
     from llm_harness.backends import SamplingParams
-    from llm_harness.trainer.evaluation import completion_text
 
     if not starts:
         raise ValueError("starts: must name at least one episode")
@@ -271,18 +291,9 @@ def run_episodes(
         samples = backend.generate([list(p) for p in ids], 1, sp)
         still = []
         for i, prompt, p_ids, (s,) in zip(active, prompts, ids, samples):
-            env = envs[i]
-            turns, before = state[i]
-            snap = env.snapshot()
-            number = len(turns)
-            reply = completion_text(codec, s.token_ids, s.finish_reason == "stop")
-            obs, reward, done, info = env.step(reply)
-            valid = bool(info["valid"])
-            shown = shown_reply(reply)
-            played[i].append(PolicyTurn(number, prompt, p_ids, before, snap, reply, shown, tuple(s.token_ids),
-                                        tuple(s.sampling_logprobs), s.finish_reason, valid, float(reward),
-                                        0.0 if valid else float(env.invalid_penalty)))
-            turns.append(Turn(before, shown))
+            turns, _ = state[i]
+            pt, obs, done = play_turn(envs[i], turns, state[i][1], prompt, p_ids, s, codec)
+            played[i].append(pt)
             state[i] = (turns, obs)
             if not (done or (max_turns and len(played[i]) >= max_turns)):
                 still.append(i)

@@ -49,7 +49,7 @@ from vsr.seeding import derive_seed
 if TYPE_CHECKING:
     from llm_harness.trainer.plugins import TrainContext
 
-__all__ = ["agent_group_metrics", "episode_group_advantages", "episode_start", "evaluate_agent", "expert_episode_states", "multiturn_groups",
+__all__ = ["agent_group_metrics", "episode_group", "episode_group_advantages", "episode_start", "evaluate_agent", "expert_episode_states", "multiturn_groups",
            "play_episodes", "turn_prompt"]
 
 
@@ -173,7 +173,8 @@ def agent_group_metrics(generated: Sequence[RolloutGroup], trained: Sequence[Rol
     return m
 
 
-def _group(state: StartState, eps: Sequence[EpisodeResult], step: int) -> RolloutGroup:
+def episode_group(state: StartState, eps: Sequence[EpisodeResult], step: int) -> RolloutGroup:
+    """The trainer's group of the episodes ``eps`` played from ``state`` (module doc: one row per turn)."""
     rows = [(e, t) for e, ep in enumerate(eps) for t in ep.turns]
     returns = np.array([ep.ret for ep in eps])
     verify: list[VerifyResult | None] = []
@@ -212,7 +213,7 @@ def multiturn_groups(states: Sequence[StartState], *, step: int, round: int, ctx
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, turn_tokens=cfg.agent.turn_tokens,
         max_turns=cfg.agent.max_turns,
     )
-    groups = [_group(s, eps, step) for s, eps in zip(states, by_state)]
+    groups = [episode_group(s, eps, step) for s, eps in zip(states, by_state)]
     return groups, CollectStats(new_tokens=sum(g.n_new_tokens for g in groups), prompt_instances=len(states),
                                 samples=sum(len(eps) for eps in by_state))
 

@@ -1,12 +1,14 @@
 """Write verl parquet files (train/val) from a toolkit task (SPEC §6; README "Scaling out").
 
     python scripts/verl/make_data.py --task step_arith --out DATA [--agent vsr_prefix] [--tokenizer PATH]
+    python scripts/verl/make_data.py --task env --params '{"env": "sokoban", "window": 2}' --out DATA   # agents (vsr_env)
         [--params '{"n_train": 2000}'] [--train-split train] [--val-split validation] [--limit N]
 
 Columns: ``data_source`` (``vsr/<task>``), ``prompt`` (the task's chat messages), ``reward_model``
 (``{"ground_truth": answer, "style": "rule"}``), ``extra_info`` (``{"index", "problem_id", "params"}``),
 ``agent_name`` (the train split's agent loop: ``single_turn_agent`` or ``vsr_prefix``; validation
-always ``single_turn_agent``, see the agent loop's doc) and, with ``--tokenizer``, ``vsr_prompt_ids``
+always ``single_turn_agent``, see the agent loop's doc; an ``env`` task's rows run ``vsr_env`` /
+``vsr_env_eval`` and ``extra_info`` also carries the episode ``seed``) and, with ``--tokenizer``, ``vsr_prompt_ids``
 (the task's own rendered prompt, for tokenizers without a chat template such as the test bed's).
 """
 
@@ -30,6 +32,8 @@ def rows(task, name: str, params: dict, split: str, agent: str, tokenizer, limit
         r = {"data_source": f"vsr/{name}", "prompt": task.messages(p), "agent_name": agent,
              "reward_model": {"ground_truth": p.answer, "style": "rule"},
              "extra_info": {"index": i, "problem_id": p.id, "params": json.dumps(params, sort_keys=True)}}
+        if hasattr(task, "seed_of"):  # an env task: the episode seed the vsr_env agent loop plays
+            r["extra_info"]["seed"] = int(task.seed_of(p))
         if codec is not None:
             r["vsr_prompt_ids"] = list(codec.encode(task.render_prompt(p, tokenizer)))
         out.append(r)
@@ -41,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", default="step_arith")
     ap.add_argument("--params", default="{}", help="task parameters as JSON")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--agent", default="single_turn_agent", choices=["single_turn_agent", "vsr_prefix"])
+    ap.add_argument("--agent", default=None, choices=["single_turn_agent", "vsr_prefix", "vsr_env"],
+                    help="the train split's agent loop (default: single_turn_agent; vsr_env for --task env)")
     ap.add_argument("--tokenizer", default=None, help="local tokenizer folder: also write vsr_prompt_ids")
     ap.add_argument("--train-split", default="train")
     ap.add_argument("--val-split", default="validation")
@@ -54,17 +59,22 @@ def main(argv: list[str] | None = None) -> int:
 
     params = json.loads(a.params)
     task = get_task(a.task, **params)
+    env_task = hasattr(task, "make_env")
+    agent = a.agent or ("vsr_env" if env_task else "single_turn_agent")
+    if env_task != (agent == "vsr_env"):
+        ap.error(f"--agent {agent}: episodes of an env task run in the vsr_env agent loop, and only they do")
+    val_agent = "vsr_env_eval" if env_task else "single_turn_agent"
     tok = None
     if a.tokenizer:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(a.tokenizer, local_files_only=True)
     a.out.mkdir(parents=True, exist_ok=True)
-    for split, fname, agent in ((a.train_split, "train.parquet", a.agent), (a.val_split, "val.parquet", "single_turn_agent")):
-        df = pd.DataFrame(rows(task, a.task, params, split, agent, tok, a.limit))
+    for split, fname, ag in ((a.train_split, "train.parquet", agent), (a.val_split, "val.parquet", val_agent)):
+        df = pd.DataFrame(rows(task, a.task, params, split, ag, tok, a.limit))
         with atomic_path(a.out / fname) as tmp:
             df.to_parquet(tmp)
-        print(f"{a.out / fname}: {len(df)} rows ({split}, agent {agent})")
+        print(f"{a.out / fname}: {len(df)} rows ({split}, agent {ag})")
     return 0
 
 

@@ -3,12 +3,13 @@
 #   scripts/verl/train.sh METHOD [extra Hydra overrides...]
 # METHOD: grpo (verl's own estimator) | vsr_grpo (the toolkit's GRPO) | vsr (VSR prefix replay)
 #         | extra (GRPO + ExTra novelty) | vsr_extra (both) | replay (GRPO + rollout-level |A| replay)
-#         | all (VSR + ExTra + replay)
+#         | all (VSR + ExTra + replay) | gigpo, vsr_gigpo (agents: make_data.py --task env, the vsr_env loop;
+#         VSR over interaction states with the paper's agentic rho 0.3, W 5)
 # Env: PYTHON (interpreter with verl, vLLM and this package; default python3), MODEL (local model folder; Qwen2.5-0.5B-Instruct or -1.5B-Instruct for the recipe),
 #      DATA (folder with train.parquet / val.parquet from make_data.py; VSR needs --agent vsr_prefix),
 #      OUT (checkpoints and logs), STEPS (default 150), GPUS (default 1), B (prompts per step, 64),
 #      N (samples per prompt, 8), RESP (max response tokens, 1024), PROMPT_LEN (512),
-#      MB (PPO mini-batch in prompts; default B, B/2 for replay methods so that r = 0.5 of a batch is a whole mini-batch);
+#      TURN_TOKENS (agents: reply budget per turn, 256), MB (PPO mini-batch in prompts; default B, B/2 for replay methods so that r = 0.5 of a batch is a whole mini-batch);
 #      DRY_RUN=1 prints the Hydra overrides one per line instead of running (the tests compose them).
 set -euo pipefail
 METHOD="${1:?usage: scripts/verl/train.sh METHOD [overrides...]}"
@@ -29,17 +30,24 @@ case "$METHOD" in
   all)       M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0
                 +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5
                 +algorithm.vsr.replay.ratio=0.5 +algorithm.vsr.replay.max_age=10 +algorithm.vsr.replay.warmup=20) ;;
-  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | extra | vsr_extra | replay | all)" >&2; exit 2 ;;
+  gigpo)     M=(algorithm.adv_estimator=vsr_gigpo +algorithm.vsr.gigpo.gamma=0.95 +algorithm.vsr.gigpo.step_weight=1.0
+                +algorithm.vsr.agent.turn_tokens="${TURN_TOKENS:-256}") ;;
+  vsr_gigpo) M=(algorithm.adv_estimator=vsr_gigpo +algorithm.vsr.gigpo.gamma=0.95 +algorithm.vsr.gigpo.step_weight=1.0
+                +algorithm.vsr.agent.turn_tokens="${TURN_TOKENS:-256}" +algorithm.vsr.prefix.rho=0.3 +algorithm.vsr.prefix.window=5) ;;
+  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | extra | vsr_extra | replay | all | gigpo | vsr_gigpo)" >&2; exit 2 ;;
 esac
 case "$METHOD" in replay|all) MB="${MB:-$((B / 2))}" ;; *) MB="${MB:-$B}" ;; esac
 case "$METHOD" in
-  vsr|vsr_extra|all)
-    "${PYTHON:-python3}" - "$DATA/train.parquet" <<'PY' || { echo "train.sh: $METHOD needs make_data.py --agent vsr_prefix" >&2; exit 2; }
-import sys, pandas as pd
-sys.exit(0 if (pd.read_parquet(sys.argv[1], columns=["agent_name"])["agent_name"] == "vsr_prefix").all() else 1)
-PY
-    ;;
+  vsr|vsr_extra|all) NEED=vsr_prefix HOW="make_data.py --agent vsr_prefix" ;;
+  gigpo|vsr_gigpo)   NEED=vsr_env HOW="make_data.py --task env (the vsr_env agent loop)" ;;
+  *)                 NEED= ;;
 esac
+if [ -n "$NEED" ]; then
+    "${PYTHON:-python3}" - "$DATA/train.parquet" "$NEED" <<'PY' || { echo "train.sh: $METHOD needs $HOW" >&2; exit 2; }
+import sys, pandas as pd
+sys.exit(0 if (pd.read_parquet(sys.argv[1], columns=["agent_name"])["agent_name"] == sys.argv[2]).all() else 1)
+PY
+fi
 
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 ARGS=(

@@ -2,8 +2,8 @@
 
 ``import verl`` imports this package (entry point ``vsr-toolkit`` of the distribution), which
 registers the advantage estimators of :mod:`.estimators` (``vsr_grpo``, ``vsr_drgrpo``,
-``vsr_rloo``, ``vsr_constant``, ``vsr_extra_grpo``, ``vsr_gigpo``), the VSR agent loop of
-:mod:`.agent_loop` (``vsr_prefix``) and the ``vsr_sync`` trainer mode of :mod:`.trainer`. verl
+``vsr_rloo``, ``vsr_constant``, ``vsr_extra_grpo``, ``vsr_gigpo``), the VSR agent loops of
+:mod:`.agent_loop` (``vsr_prefix``, token prefixes) and :mod:`.env_loop` (``vsr_env``, agents' interaction states) and the ``vsr_sync`` trainer mode of :mod:`.trainer`. verl
 swallows a plug-in's import error (logged at debug level): :data:`REGISTERED` lists what this
 import registered, and the tests check it in a fresh interpreter.
 """
@@ -16,7 +16,8 @@ from llm_harness.integrations.verl.estimators import register_all as _register_e
 REGISTERED: dict[str, tuple[str, ...]] = {"adv_estimator": _register_estimators()}
 
 from llm_harness.integrations.verl import agent_loop as _agent_loop  # noqa: E402  (registers on import)
+from llm_harness.integrations.verl import env_loop as _env_loop  # noqa: E402  (registers on import)
 from llm_harness.integrations.verl import trainer as _trainer  # noqa: E402  (registers on import)
 
-REGISTERED["agent_loop"] = _agent_loop.REGISTERED
+REGISTERED["agent_loop"] = _agent_loop.REGISTERED + _env_loop.REGISTERED
 REGISTERED["trainer_mode"] = _trainer.REGISTERED

@@ -66,6 +66,9 @@ class GroupParams:
     """``algorithm.vsr.gigpo.*`` (:class:`~llm_harness.trainer.gigpo.GiGPOParams`), read by ``vsr_gigpo`` only."""
     prefix: Mapping[str, Any] = field(default_factory=dict)
     """``algorithm.vsr.prefix.*`` (:class:`~llm_harness.methods.vsr.VSRConfig`), read by the ``vsr_prefix`` agent loop."""
+    agent: Mapping[str, Any] = field(default_factory=dict)
+    """``algorithm.vsr.agent.*``: ``turn_tokens`` (reply budget per turn, default 8) and ``max_turns`` (0: the
+    environment's own limit), read by the ``vsr_env`` agent loop."""
     replay: Mapping[str, Any] = field(default_factory=dict)
     """``algorithm.vsr.replay.*`` (:class:`~llm_harness.methods.replay.ReplayConfig`), read by the ``vsr_sync``
     trainer's rollout-level replay (:mod:`.rollout_replay`); empty: replay off."""

@@ -23,8 +23,14 @@ Departures from the toolkit's trainer (documented, not hidden):
   the same seeded draw, not necessarily the same dataset rows; the replaced rows' prompts are not
   re-queued (verl's dataloader has consumed them);
 * steps are verl's ``global_steps − 1`` (verl counts from 1, the plug-in from 0);
-* only single-turn token prefixes (``positions: token | stride``); ``steps`` positions, ``oracle``
-  scores and the expert cold start need the toolkit's task objects and are refused here.
+* token prefixes use ``positions: token | stride``; ``steps`` positions, ``oracle`` scores and the
+  expert cold start need the toolkit's task objects and are refused here.
+
+**Agents** (the ``vsr_env`` agent loop, :mod:`.env_loop`): a reported sample that carries its
+``episode`` (seed, success, the policy's turns with their environment snapshots) makes its group the
+toolkit's multi-turn group (:func:`~llm_harness.trainer.multiturn.episode_group`, one row per turn),
+so the plug-in inserts the successful episode's interaction states exactly as in the toolkit's
+trainer; a drawn state comes back with its ``history``, ``snapshot`` and ``env_seed``.
 """
 
 from __future__ import annotations
@@ -60,7 +66,20 @@ def state_to_plain(s: StartState) -> dict[str, Any]:
     m = dict(s.problem.metadata)
     return {"prompt_ids": list(s.prompt_ids), "prefix_ids": list(s.prefix_ids), "origin": s.origin.value,
             "problem_id": s.problem.id, "data_source": m.get("data_source"), "ground_truth": m.get("ground_truth"),
-            "extra_info": m.get("extra_info"), "meta": dict(s.meta)}
+            "extra_info": m.get("extra_info"), "meta": dict(s.meta), "env_seed": m.get("seed"),
+            "history": [dict(h) for h in s.history], "snapshot": None if s.snapshot is None else dict(s.snapshot)}
+
+
+def _episode(sample: Mapping[str, Any]) -> Any:
+    """An ``EpisodeResult`` from a reported episode (``turns``: the fields of ``PolicyTurn``, ``success``, ``seed``)."""
+    from llm_harness.envs.episodes import EpisodeResult, EpisodeStart, PolicyTurn
+
+    ep = sample["episode"]
+    turns = tuple(PolicyTurn(**{**t, "prompt_ids": tuple(t["prompt_ids"]), "token_ids": tuple(t["token_ids"]),
+                                "sampling_logprobs": tuple(t["sampling_logprobs"])}) for t in ep["turns"])
+    if not turns:
+        raise ValueError("report: an episode with no policy turn")
+    return EpisodeResult(EpisodeStart(int(ep["seed"])), (), turns, bool(ep["success"]))
 
 
 class PrefixBuffer:
@@ -115,6 +134,11 @@ class PrefixBuffer:
             if len(p.samples) < self.n:
                 continue  # an incomplete group (a failed sample) does not enter the buffer
             ss = [p.samples[k] for k in sorted(p.samples)]
+            if any("episode" in x for x in ss):  # an agent's episodes: one row per turn (the toolkit's multi-turn group)
+                from llm_harness.trainer.multiturn import episode_group
+
+                groups.append(episode_group(p.state, [_episode(x) for x in ss], int(self.step)))
+                continue
             groups.append(RolloutGroup(p.state, [tuple(s["response_ids"]) for s in ss],
                                        [np.asarray(s["logprobs"], dtype=np.float64) for s in ss],
                                        np.array([float(s["reward"]) for s in ss]), int(self.step)))
@@ -131,6 +155,8 @@ class PrefixBuffer:
             st = self.claimed.pop(0) if self.claimed else None
             if st is None:
                 meta = {k: fresh.get(k) for k in ("data_source", "ground_truth", "extra_info")}
+                if fresh.get("env_seed") is not None:  # an agent's episode: the environment seed (EnvTask.seed_of)
+                    meta["seed"] = int(fresh["env_seed"])
                 prob = Problem(str(fresh["problem_id"]), "verl prompt", str(fresh.get("ground_truth") or ""), metadata=meta)
                 st = StartState(tuple(int(t) for t in fresh["prompt_ids"]), prob)
             self.assigned[uid] = st
@@ -138,7 +164,8 @@ class PrefixBuffer:
         return state_to_plain(self.assigned[uid])
 
     def report(self, uid: str, step: int, session_id: int, sample: Mapping[str, Any]) -> None:
-        """A finished sample of group ``uid`` (``response_ids``, ``logprobs``, ``reward`` in [0, 1])."""
+        """A finished sample of group ``uid`` (``response_ids``, ``logprobs``, ``reward`` in [0, 1]; an agent's
+        sample also ``episode``: ``{"seed", "success", "turns": [the fields of PolicyTurn]}``)."""
         if self.step != int(step) or uid not in self.pending:
             raise ValueError(f"report: group {uid!r} of step {step} was not started at the buffer's step {self.step}")
         r = sample["response_ids"]
@@ -146,9 +173,12 @@ class PrefixBuffer:
             raise ValueError(f"report: reward must lie in [0, 1] (VSR's p̂ interpolates success rates), got {sample['reward']!r}")
         if len(sample["logprobs"]) != len(r):
             raise ValueError(f"report: {len(sample['logprobs'])} log-probs for {len(r)} response tokens")
-        self.pending[uid].samples[int(session_id)] = {"response_ids": [int(t) for t in r],
-                                                      "logprobs": [float(x) for x in sample["logprobs"]],
-                                                      "reward": float(sample["reward"])}
+        rec = {"response_ids": [int(t) for t in r], "logprobs": [float(x) for x in sample["logprobs"]],
+               "reward": float(sample["reward"])}
+        if sample.get("episode") is not None:
+            rec["episode"] = dict(sample["episode"])
+            _episode(rec)  # malformed turns are named now, not when the step closes
+        self.pending[uid].samples[int(session_id)] = rec
 
     def summary(self) -> dict[str, Any]:
         """Buffer size, the current step, per-step metrics so far and warnings (plain data)."""

@@ -45,5 +45,5 @@ def test_entry_point_registers_estimators_agent_loop_and_trainer_mode():
     eps = {e.name: e.value for e in entry_points(group="verl.plugins")}
     assert eps.get("vsr-toolkit") == "llm_harness.integrations.verl"
     got = _result(_probe({"VERL_USE_EXTERNAL_PLUGINS": "auto"}))
-    assert got == {"plugin_imported": True, "trainer": "VSRSyncTrainer", "agent_loops": ["vsr_prefix"],
+    assert got == {"plugin_imported": True, "trainer": "VSRSyncTrainer", "agent_loops": ["vsr_env", "vsr_env_eval", "vsr_prefix"],
                    "estimators": sorted(["vsr_grpo", "vsr_drgrpo", "vsr_rloo", "vsr_constant", "vsr_extra_grpo", "vsr_gigpo"])}

@@ -48,7 +48,21 @@ def data(tmp_path_factory):
         df = pd.read_parquet(d / "vsr" / f)
         df["agent_name"] = "single_turn_agent"
         df.to_parquet(d / "plain" / f)
+    assert _script("make_data").main(["--task", "env", "--params", json.dumps(ENV_PARAMS), "--out", str(d / "env")]) == 0
     return d
+
+
+ENV_PARAMS = {"env": "sokoban", "window": 1, "n_train": 8}
+
+
+def test_make_data_writes_env_episodes_for_the_vsr_env_loop(data):
+    tr, va = pd.read_parquet(data / "env" / "train.parquet"), pd.read_parquet(data / "env" / "val.parquet")
+    task = get_task("env", **ENV_PARAMS)
+    assert set(tr["agent_name"]) == {"vsr_env"} and set(va["agent_name"]) == {"vsr_env_eval"}
+    assert [int(e["seed"]) for e in tr["extra_info"]] == [task.seed_of(p) for p in task.problems("train")]
+    assert json.loads(tr["extra_info"].iloc[0]["params"]) == ENV_PARAMS
+    with pytest.raises(SystemExit):
+        _script("make_data").main(["--task", "env", "--params", json.dumps(ENV_PARAMS), "--out", str(data / "x"), "--agent", "vsr_prefix"])
 
 
 def test_make_data_writes_the_tasks_problems_with_reward_fields(data):
@@ -70,9 +84,9 @@ def test_reward_function_grades_with_the_tasks_verifier():
         reward.compute_score("openai/gsm8k", "A:7", "7", info)
 
 
-@pytest.mark.parametrize("method", ["grpo", "vsr_grpo", "vsr", "extra", "vsr_extra", "replay", "all"])
+@pytest.mark.parametrize("method", ["grpo", "vsr_grpo", "vsr", "extra", "vsr_extra", "replay", "all", "gigpo", "vsr_gigpo"])
 def test_every_methods_overrides_compose_with_verls_config(data, method):
-    folder = data / ("vsr" if method in ("vsr", "vsr_extra", "all") else "plain")
+    folder = data / ("vsr" if method in ("vsr", "vsr_extra", "all") else "env" if "gigpo" in method else "plain")
     env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(folder), "OUT": "/tmp/unused", "PYTHON": sys.executable}
     out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), method], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -83,12 +97,24 @@ def test_every_methods_overrides_compose_with_verls_config(data, method):
     p = _params(cfg.algorithm)  # the toolkit's parse of algorithm.vsr refuses unknown keys
     if "vsr" in cfg.algorithm and "prefix" in cfg.algorithm.vsr:
         assert PrefixBuffer(p.prefix, n=cfg.actor_rollout_ref.rollout.n, prompts_per_step=cfg.data.train_batch_size,
-                            max_response_tokens=cfg.data.max_response_length).plugin.cfg.rho == 0.5
+                            max_response_tokens=cfg.data.max_response_length).plugin.cfg.rho == (0.3 if "gigpo" in method else 0.5)
+    if "gigpo" in method:
+        from llm_harness.integrations.verl.env_loop import _agent_params
+        from llm_harness.trainer.gigpo import GiGPOParams
+        from vsr.config_io import from_dict
+
+        assert _agent_params(cfg)["turn_tokens"] == 256 and from_dict(GiGPOParams, dict(p.gigpo)).gamma == 0.95
     if "vsr" in cfg.algorithm and "replay" in cfg.algorithm.vsr:
         assert VerlReplay(p.replay).cfg.ratio == 0.5
         # r · B rows must fill whole PPO mini-batches, or verl's multiple rounds the draw down to nothing
         n, mb = cfg.actor_rollout_ref.rollout.n, cfg.actor_rollout_ref.actor.ppo_mini_batch_size
         assert (0.5 * cfg.data.train_batch_size * n) % (mb * n) == 0
+
+
+def test_agent_methods_refuse_data_without_the_env_loop(data):
+    env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(data / "plain"), "OUT": "/tmp/unused", "PYTHON": sys.executable}
+    out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "vsr_gigpo"], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "--task env" in out.stderr
 
 
 def test_vsr_refuses_data_without_its_agent_loop(data):
