@@ -55,6 +55,11 @@ methods plus a base evaluation per seed, one job per core. The design powered fo
 on 2 quiet cores: **it does not fit the issue's "<= 2 h on 2 cores"**. What fits
 (:data:`BUDGET_SIZES`: 9 seeds, 12 updates, k = 2: 45 · 304 + 9 · 32 ≈ 14 000 core-s ≈ 1.9 h) has 83 %
 power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assumed training noise.
+The suite's default sizes are the powered design; it is run over two sessions into one run folder
+(jobs are resumable and ``--methods`` picks a subset), each part ≤ 2 h: ``vsr compare --suite agents
+--methods gigpo vsr_gigpo`` (13 · 2 · 464 + 13 · 32 s ≈ 1.7 h), then ``--methods vsr_uniform
+static_reset`` (≈ 1.7 h), then ``--methods vsr_norecency`` (≈ 0.8 h), then ``--report-only``, whose
+Holm correction covers all four contrasts.
 Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
 30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
 10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
@@ -69,7 +74,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _mean
+from llm_harness.compare.report import _mean, register_section
 from llm_harness.compare.suite import Method, Regime, Suite, register_suite
 
 __all__ = ["AGENT_METHODS", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
@@ -96,6 +101,8 @@ register_suite(
             Regime("sokoban", "the shipped 'mid' Sokoban test-bed agent (6x6, 1 box, 15 steps), window 0, 8-token replies"),
         ),
         reference="gigpo",
+        sizes=SUITE_SIZES,
+        sections=("agent_accounting",),
     )
 )
 
@@ -161,3 +168,12 @@ def format_agent_summary(summary: dict[str, dict[str, dict[str, float]]]) -> str
                          f"{f(r['replayed_alpha_p50_last_third'])} |")
         lines.append("")
     return "\n".join(lines)
+
+
+@register_section("agent_accounting")
+def agent_accounting_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
+    """The report's episode accounting (:func:`format_agent_summary` of :func:`agent_summary`)."""
+    done = [j for j in jobs if (Path(j.run_dir) / "metrics.jsonl").exists()]
+    if not any(j.method != "base" for j in done):
+        return ["## Episode accounting (agents)", "", "No finished training run yet.", ""]
+    return format_agent_summary(agent_summary(done, reference=suite.reference)).splitlines() + [""]

@@ -72,3 +72,10 @@ def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
     assert 0.0 < s["replayed_alpha_p50_first_third"] < 1.0 and not np.isfinite(summary["gigpo"]["success_mixed_replayed"])
     text = format_agent_summary(agent_summary(jobs))
     assert "| static_reset | 1 |" in text and "new actions / update" in text
+    # the suite's report carries it as a section
+    from llm_harness.compare.report import SECTIONS
+    from llm_harness.compare.suite import SUITES
+
+    assert "agent_accounting" in SUITES["agents"].sections
+    lines = SECTIONS.lookup("agent_accounting", "report section")(None, jobs, {}, SUITES["agents"], tmp_path)
+    assert "\n".join(lines).strip() == text.strip()
