@@ -34,7 +34,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 
 from llm_harness.integrations.verl.prefix_buffer import buffer_actor
 
-__all__ = ["REGISTERED", "VSRPrefixAgentLoop", "prompt_key"]
+__all__ = ["REGISTERED", "VSRPrefixAgentLoop", "prompt_key", "weight_versions"]
 
 AGENT_NAME = "vsr_prefix"
 REGISTERED = (AGENT_NAME,)
@@ -43,6 +43,20 @@ REGISTERED = (AGENT_NAME,)
 def prompt_key(prompt_ids: list[int]) -> str:
     """A problem id for VSR's one-trajectory-per-prompt rule: a hash of the prompt's token ids."""
     return hashlib.blake2b(np.asarray(prompt_ids, dtype=np.int64).tobytes(), digest_size=12).hexdigest()
+
+
+def weight_versions(first: Any, last: Any) -> dict[str, Any]:
+    """``min_global_steps`` of the first and ``max_global_steps`` of the last server reply of a sample
+    (``TokenOutput.extra_fields``): verl's TransferQueue worker tags every row with them and its metrics
+    stage needs them (verl's own loops pass the server's ``extra_fields`` on; ours build their own)."""
+    out = {}
+    lo = (getattr(first, "extra_fields", None) or {}).get("min_global_steps")
+    hi = (getattr(last, "extra_fields", None) or {}).get("max_global_steps")
+    if lo is not None:
+        out["min_global_steps"] = lo
+    if hi is not None:
+        out["max_global_steps"] = hi
+    return out
 
 
 def _vsr_params(config: Any) -> dict[str, Any]:
@@ -124,6 +138,6 @@ class VSRPrefixAgentLoop(AgentLoopBase):
         return AgentLoopOutput(
             prompt_ids=context, response_ids=response, response_mask=[0] * len(prefix) + [1] * len(gen),
             response_logprobs=[0.0] * len(prefix) + lps if lps is not None else None, reward_score=reward, num_turns=2,
-            metrics={}, extra_fields={"vsr_origin": state["origin"], "vsr_prefix_len": len(prefix),
+            metrics={}, extra_fields={**weight_versions(out, out), "vsr_origin": state["origin"], "vsr_prefix_len": len(prefix),
                                       "vsr_score": float(state["meta"].get("vsr_score", float("nan")))},
         )

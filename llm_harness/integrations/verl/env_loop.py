@@ -42,7 +42,7 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from llm_harness.integrations.verl.agent_loop import _vsr_params
+from llm_harness.integrations.verl.agent_loop import _vsr_params, weight_versions
 from llm_harness.integrations.verl.prefix_buffer import buffer_actor
 
 __all__ = ["REGISTERED", "VSREnvAgentLoop", "VSREnvEvalAgentLoop", "feedback_text"]
@@ -148,7 +148,7 @@ class VSREnvAgentLoop(AgentLoopBase):
         lps: list[float] = []
         played, ends = [], []
         eos = self.tokenizer.eos_token_id
-        truncated = False
+        truncated, has_lps, first, last = False, True, None, None
         while True:
             room = self.response_length - len(response)
             if room < 1:
@@ -157,18 +157,23 @@ class VSREnvAgentLoop(AgentLoopBase):
             budget = min(self.agent["turn_tokens"], room)
             out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids + response,
                                                      sampling_params={**sampling_params, "max_tokens": budget})
+            first = first if played else out
+            last = out
             gen = [int(t) for t in out.token_ids][:budget]
             if not gen:
                 raise ValueError(f"vsr_env: the server returned no token for turn {len(played)} of seed {start.seed}")
-            glp = [float(x) for x in out.log_probs][:budget] if out.log_probs else [0.0] * len(gen)
-            finish = "stop" if gen and gen[-1] == eos else "length"
+            glp = [float(x) for x in out.log_probs][:budget] if out.log_probs else None
+            has_lps = has_lps and glp is not None
+            # a reply shorter than its budget stopped on a stop token (EOS or another the server stops on)
+            finish = "stop" if len(gen) < budget or gen[-1] == eos else "length"
             text = turn_text(env.instruction, turns, obs, window=window, tokenizer=tok, reply_format=fmt)
             pt, obs, done = play_turn(env, turns, obs, text, self.codec.encode(text),
-                                      SimpleNamespace(token_ids=gen, sampling_logprobs=glp, finish_reason=finish), self.codec)
+                                      SimpleNamespace(token_ids=gen, sampling_logprobs=glp or [0.0] * len(gen), finish_reason=finish),
+                                      self.codec)
             played.append(pt)
             response += gen
             mask += [1] * len(gen)
-            lps += glp
+            lps += glp or [0.0] * len(gen)
             ends.append(len(response))
             if done or (self.agent["max_turns"] and len(played) >= self.agent["max_turns"]):
                 break
@@ -188,9 +193,9 @@ class VSREnvAgentLoop(AgentLoopBase):
                                                             "logprobs": [x for p in played for x in p.sampling_logprobs],
                                                             "reward": float(success), "episode": episode})
         return AgentLoopOutput(
-            prompt_ids=prompt_ids, response_ids=response, response_mask=mask, response_logprobs=lps, reward_score=ret,
-            num_turns=2 * len(played), metrics={},
-            extra_fields={"gigpo_turn_ends": ends, "gigpo_anchors": [t.observation for t in played],
+            prompt_ids=prompt_ids, response_ids=response, response_mask=mask, response_logprobs=lps if has_lps else None,
+            reward_score=ret, num_turns=2 * len(played), metrics={},
+            extra_fields={**weight_versions(first, last), "gigpo_turn_ends": ends, "gigpo_anchors": [t.observation for t in played],
                           "gigpo_step_rewards": [t.reward + t.penalty for t in played],
                           "gigpo_penalties": [t.penalty for t in played], "vsr_origin": state["origin"],
                           "vsr_score": float(state["meta"].get("vsr_score", float("nan"))), "vsr_success": float(success),

@@ -33,11 +33,15 @@ Departures from the toolkit's trainer, each forced by verl and documented:
 * only ``level: rollout`` with ``composition: fresh_anchored`` (the paper's method); the query-level
   and pool baselines run on the toolkit's trainer;
 * the buffer lives in the trainer process and is not part of verl's checkpoint (a resumed run starts
-  with an empty buffer; replay resumes once it refills, after ``warmup`` steps counted from 0);
-* with ``trainer.v1.parameter_sync_step > 1`` the sub-steps of one global step share its birth step.
+  with an empty buffer and replays from its first step after ``warmup``, with a one-step buffer then);
+* ``trainer.v1.sync.parameter_sync_step`` must be 1 (sub-steps of one global step would share its
+  birth step and redraw the same rows; refused);
+* verl's step metrics (scores, lengths, advantages) leave the replayed rows out; ``replay_*`` metrics
+  describe the draw before the rounding.
 
-Memory: ``τ_max`` steps of rows (token ids, position ids, masks and per-token log-probs and
-advantages) are kept on the driver — about ``τ_max · B · L · 40`` bytes.
+Memory: ``τ_max`` steps of rows with every TransferQueue field (token ids, position ids, masks,
+per-token log-probs, advantages, entropies, the raw prompt) are kept on the driver — at least
+``τ_max · B · L · 40`` bytes.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ toolkit's estimators the per-row inputs they declare (SPEC §6; ``trainer.v1.tra
 verl 0.9.1's ``PPOTrainer._compute_advantage`` fetches a fixed list of fields from TransferQueue
 and calls the estimator with rewards, mask and uid only. ExTra's novelty needs the prompt and
 response tokens, GiGPO each turn's end, anchor and step reward (:mod:`.estimators`). This is the
-one method overridden (registered with verl's ``register_trainer``; nothing else of the trainer
-changes): for an estimator of :data:`~.estimators.ESTIMATORS` with a non-empty ``needs``, it
+one method overridden for the estimators (registered with verl's ``register_trainer``): for an estimator of :data:`~.estimators.ESTIMATORS` with a non-empty ``needs``, it
 fetches ``prompts`` / ``responses`` (unpadded, as ``prompt_ids`` / ``response_ids``) and the agent
 loop's ``extra_fields``, and passes them as ``non_tensor_batch``; every other estimator goes
 through verl's own method unchanged. The steps around the estimator (KL in reward, rollout
@@ -14,9 +13,12 @@ Departure: every output row is a sample of its uid's group; verl's GRPO path ins
 the last output of an agent loop that returns several (``compute_advantage_for_multi_trajectories``)
 — the toolkit's agent loops return one output per session.
 
-With ``algorithm.vsr.replay.*`` set, the same stage then runs rollout-level |A| replay
+Everywhere else the mode is verl's ``sync`` (``_build_replay_buffer`` sets the name back: verl
+0.9.1 compares ``trainer_mode`` with ``"sync"`` to choose its staleness buffer, refills and TQ
+checkpointing). With ``algorithm.vsr.replay.*`` set, the same stage then runs rollout-level |A| replay
 (:mod:`.rollout_replay`): stored rows with their birth advantages and behaviour log-probs join the
-batch before the actor update, and the fresh rows are stored. Any estimator composes with it.
+batch before the actor update, and the fresh rows are stored; verl's step metrics are computed over
+the step's own rows (``_compute_metrics``). Any estimator composes with it.
 """
 
 from __future__ import annotations
@@ -75,6 +77,23 @@ ESTIMATOR_OPTIONAL = {"gigpo_penalties"}
 class VSRSyncTrainer(PPOTrainerSync):
     """``PPOTrainerSync`` with an advantage stage that feeds the toolkit's estimators (module doc)."""
 
+    def _build_replay_buffer(self):
+        """Run as verl's ``sync`` mode everywhere else: verl 0.9.1 branches on ``trainer_mode == "sync"``
+        (its staleness buffer, refills, TQ checkpointing, in-flight re-issue), so the name is set back
+        before those branches are taken; ``parameter_sync_step`` is read from ``trainer.v1.sync``."""
+        self.trainer_mode = "sync"
+        self.parameter_sync_step = self.config.trainer.v1.get("sync", {}).get("parameter_sync_step", 1)
+        return super()._build_replay_buffer()
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        """verl's step metrics over the step's own rows: replayed rows (tag ``replayed``) are left out of the
+        score / length / advantage statistics (they are counted under ``vsr_replay/*``); TQ still clears them."""
+        own = [k for k, tag in zip(batch.keys, batch.tags) if not tag.get("replayed", False)]
+        if len(own) < len(batch.keys):
+            metrics["vsr_replay/rows_in_update"] = float(len(batch.keys) - len(own))
+            batch = batch.select_keys(own)
+        return super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+
     def _compute_advantage(self, batch, metrics: dict):
         batch = self._estimate(batch, metrics)
         replay = self._replay()
@@ -87,6 +106,9 @@ class VSRSyncTrainer(PPOTrainerSync):
         if not hasattr(self, "_vsr_replay"):
             raw = dict(_vsr_params(self.config.algorithm).replay) or None
             seed = self.config.get("data", {}).get("seed", 0) if hasattr(self.config, "get") else 0
+            if raw is not None and int(getattr(self, "parameter_sync_step", 1) or 1) > 1:
+                raise ValueError("algorithm.vsr.replay: needs trainer.v1.sync.parameter_sync_step = 1 (the sub-steps of one "
+                                 f"global step would share its birth step and redraw the same rows; got {self.parameter_sync_step})")
             self._vsr_replay = None if raw is None else VerlReplay(raw, seed=int(seed or 0))
         return self._vsr_replay
 
@@ -113,6 +135,12 @@ class VSRSyncTrainer(PPOTrainerSync):
         ordered = [k for g in fresh for k in g.info[PER_SAMPLE][KEY]]
         tag_of = dict(zip(batch.keys, batch.tags))
         m.update(replay.store(t, fresh, [by_key[k] for k in ordered], [tag_of[k] for k in ordered]))
+        if m.get("replay_active") and m["replay_dropped_to_multiple"] > 0 and not drawn:
+            replay.warnings.append(f"step {t}: {int(m['replay_dropped_to_multiple'])} drawn rows are fewer than verl's batch "
+                                   f"multiple; nothing replayed (lower actor.ppo_mini_batch_size)")
+            import logging
+
+            logging.getLogger(__name__).warning("vsr_replay: %s", replay.warnings[-1])
         m["replay_warnings"] = float(len(replay.warnings))
         metrics.update({f"vsr_replay/{k}": v for k, v in m.items()})
         if not drawn:

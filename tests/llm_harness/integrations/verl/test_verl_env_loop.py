@@ -35,8 +35,8 @@ class ScriptedServer:
     """``generate``: the BFS expert's next move on the last observation of the context with probability
     ``q``, else a uniformly random move; the move's tokens then EOS, log-prob −0.5 each."""
 
-    def __init__(self, tok, q: float, seed: int = 0):
-        self.tok, self.q, self.rng, self.calls = tok, q, np.random.default_rng(seed), 0
+    def __init__(self, tok, q: float, seed: int = 0, logprobs: bool = True):
+        self.tok, self.q, self.rng, self.calls, self.logprobs = tok, q, np.random.default_rng(seed), 0, logprobs
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         self.calls += 1
@@ -46,7 +46,9 @@ class ScriptedServer:
         word = plan[0] if plan and self.rng.random() < self.q else str(self.rng.choice(sorted(MOVES)))
         ids = list(self.tok.encode(word, add_special_tokens=False)) + [self.tok.eos_token_id]
         ids = ids[: int(sampling_params["max_tokens"])]
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+        # the weight version of each reply, as verl's server reports it (min = max = call number here)
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids) if self.logprobs else None,
+                           extra_fields={"min_global_steps": self.calls, "max_global_steps": self.calls})
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,8 @@ def config(response_length: int = 2048, **prefix):
     })
 
 
-def make_loop(cfg, tok, buffer=None, q=0.6, seed=0):
-    return VSREnvAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=ScriptedServer(tok, q, seed), tokenizer=tok,
+def make_loop(cfg, tok, buffer=None, q=0.6, seed=0, logprobs=True):
+    return VSREnvAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=ScriptedServer(tok, q, seed, logprobs), tokenizer=tok,
                            processor=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data), buffer=buffer)
 
 
@@ -169,3 +171,19 @@ def test_rows_without_the_env_task_are_named(tok):
     loop = make_loop(config(), tok)
     with pytest.raises(ValueError, match="extra_info needs the env task"):
         asyncio.run(loop.run({}, uid="u", global_steps=1, extra_info={"seed": 3}))
+
+
+def test_rows_carry_the_weight_versions_verl_tags_them_with(tok):
+    loop = make_loop(config(), tok, q=0.5)
+    calls = []
+    for i in range(3):
+        before = loop.server_manager.calls
+        o = asyncio.run(loop.run({}, session_id=i, **row("u", 1, 10010 + i)))
+        calls.append((before + 1, loop.server_manager.calls))
+        # verl's TQ worker reads these tags and its metrics stage needs integers
+        assert (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"]) == calls[-1]
+
+
+def test_missing_server_logprobs_are_not_invented(tok):
+    o = asyncio.run(make_loop(config(), tok, logprobs=False).run({}, session_id=0, **row("u", 1, 10011)))
+    assert o.response_logprobs is None

@@ -179,3 +179,31 @@ def test_row_dicts_inverts_verls_tensordict_builder():
     for a, b in zip(rows, back):
         assert a["uid"] == b["uid"] and a["extra_fields"] == b["extra_fields"]
         assert torch.equal(a["responses"], b["responses"]) and torch.equal(a["score"], b["score"])
+
+
+def test_the_mode_runs_verls_sync_paths_and_refuses_sub_steps(monkeypatch):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    seen = {}
+    monkeypatch.setattr(PPOTrainerSync, "_build_replay_buffer", lambda self: seen.setdefault("mode", self.trainer_mode))
+    t = trainer()
+    t.config.trainer = {"v1": {"trainer_mode": "vsr_sync", "sync": {"parameter_sync_step": 2}}}
+    t.trainer_mode = "vsr_sync"
+    t._build_replay_buffer()
+    assert seen["mode"] == "sync" and t.parameter_sync_step == 2  # verl branches on trainer_mode == "sync"
+    with pytest.raises(ValueError, match="parameter_sync_step"):
+        t._replay()
+
+
+def test_step_metrics_leave_replayed_rows_out(tq, monkeypatch):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    rng = np.random.default_rng(7)
+    t = trainer()
+    run_step(t, tq, 0, rng)
+    f1, out1, _ = run_step(t, tq, 1, rng)
+    got = {}
+    monkeypatch.setattr(PPOTrainerSync, "_compute_metrics", lambda self, b, m, *a: got.setdefault("keys", list(b.keys)))
+    metrics: dict = {}
+    t._compute_metrics(out1, metrics, {}, 2, 0)
+    assert got["keys"] == f1.keys and metrics["vsr_replay/rows_in_update"] == 6.0
