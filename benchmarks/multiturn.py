@@ -132,10 +132,10 @@ def _loss_pass_ratios(cfg: MultiturnBenchConfig, model, codec, states, backend, 
 
     from llm_harness.trainer.data import build_batch
     from llm_harness.trainer.modeling import sequence_logprobs
-    from llm_harness.trainer.multiturn import _group, play_episodes
+    from llm_harness.trainer.multiturn import episode_group, play_episodes
 
     eps = play_episodes(states, seed=cfg.seed + 1, backend=backend, **kw)
-    groups = [_group(s, e, 0) for s, e in zip(states, eps)]
+    groups = [episode_group(s, e, 0) for s, e in zip(states, eps)]
     batch = build_batch([g.with_advantages(np.ones(g.size)) for g in groups], codec.pad_token_id)
     if cfg.train_rows:
         batch = batch.rows(torch.arange(min(cfg.train_rows, batch.size)))
