@@ -60,16 +60,11 @@ def weight_versions(first: Any, last: Any) -> dict[str, Any]:
 
 
 def _vsr_params(config: Any) -> dict[str, Any]:
-    algo = config.get("algorithm", {}) if config is not None else {}
-    raw = (algo.get("vsr", None) or {}).get("prefix", None) or {}
-    try:
-        from omegaconf import OmegaConf
+    """``algorithm.vsr.prefix`` of a verl config (the fields of ``VSRConfig``; empty: VSR off), parsed by
+    :func:`~llm_harness.integrations.verl.estimators.vsr_params` (unknown ``algorithm.vsr`` keys refused)."""
+    from llm_harness.integrations.verl.estimators import vsr_params
 
-        if OmegaConf.is_config(raw):
-            raw = OmegaConf.to_container(raw, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(raw)
+    return dict(vsr_params(config.get("algorithm", None) if config is not None else None).prefix)
 
 
 @register(AGENT_NAME)

@@ -87,6 +87,9 @@ def _agent_params(config: Any) -> dict[str, int]:
 class VSREnvAgentLoop(AgentLoopBase):
     """Episodes of a toolkit text environment, started where VSR's buffer says (module doc)."""
 
+    #: whether groups may start from VSR's buffer (``vsr_env_eval``: never)
+    uses_buffer = True
+
     def __init__(self, *args: Any, buffer: Any = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         from llm_harness.trainer.modeling import Codec
@@ -94,7 +97,9 @@ class VSREnvAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         self.agent = _agent_params(self.config)
         vsr = _vsr_params(self.config)
-        if buffer is None and vsr:
+        if not self.uses_buffer:
+            buffer = None
+        elif buffer is None and vsr:
             buffer = buffer_actor(vsr, n=int(self.rollout_config.n), prompts_per_step=int(self.config.data.train_batch_size),
                                   max_response_tokens=self.response_length, seed=int(self.config.data.get("seed", 0) or 0))
         self.buffer = buffer
@@ -157,7 +162,7 @@ class VSREnvAgentLoop(AgentLoopBase):
             budget = min(self.agent["turn_tokens"], room)
             out = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=prompt_ids + response,
                                                      sampling_params={**sampling_params, "max_tokens": budget})
-            first = first if played else out
+            first = out if first is None else first
             last = out
             gen = [int(t) for t in out.token_ids][:budget]
             if not gen:
@@ -166,8 +171,9 @@ class VSREnvAgentLoop(AgentLoopBase):
             has_lps = has_lps and glp is not None
             # a reply shorter than its budget stopped on a stop token (EOS or another the server stops on)
             finish = "stop" if len(gen) < budget or gen[-1] == eos else "length"
-            text = turn_text(env.instruction, turns, obs, window=window, tokenizer=tok, reply_format=fmt)
-            pt, obs, done = play_turn(env, turns, obs, text, self.codec.encode(text),
+            # the toolkit's windowed rendering of this state: only the buffer uses it (a replayed state's prompt)
+            text = turn_text(env.instruction, turns, obs, window=window, tokenizer=tok, reply_format=fmt) if self.buffer is not None else ""
+            pt, obs, done = play_turn(env, turns, obs, text, self.codec.encode(text) if text else (),
                                       SimpleNamespace(token_ids=gen, sampling_logprobs=glp or [0.0] * len(gen), finish_reason=finish),
                                       self.codec)
             played.append(pt)
@@ -209,10 +215,4 @@ class VSREnvEvalAgentLoop(VSREnvAgentLoop):
     """The same episodes from the row's own seed, never touching VSR's buffer: the agent loop of
     validation rows (verl 0.9.1 does not tell an agent loop whether it is validating)."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        kwargs["buffer"] = _NO_BUFFER
-        super().__init__(*args, **kwargs)
-        self.buffer = None
-
-
-_NO_BUFFER = object()  # a non-None placeholder so that the base class does not create the buffer actor
+    uses_buffer = False

@@ -70,11 +70,10 @@ def state_to_plain(s: StartState) -> dict[str, Any]:
             "history": [dict(h) for h in s.history], "snapshot": None if s.snapshot is None else dict(s.snapshot)}
 
 
-def _episode(sample: Mapping[str, Any]) -> Any:
+def _episode(ep: Mapping[str, Any]) -> Any:
     """An ``EpisodeResult`` from a reported episode (``turns``: the fields of ``PolicyTurn``, ``success``, ``seed``)."""
     from llm_harness.envs.episodes import EpisodeResult, EpisodeStart, PolicyTurn
 
-    ep = sample["episode"]
     turns = tuple(PolicyTurn(**{**t, "prompt_ids": tuple(t["prompt_ids"]), "token_ids": tuple(t["token_ids"]),
                                 "sampling_logprobs": tuple(t["sampling_logprobs"])}) for t in ep["turns"])
     if not turns:
@@ -137,7 +136,7 @@ class PrefixBuffer:
             if any("episode" in x for x in ss):  # an agent's episodes: one row per turn (the toolkit's multi-turn group)
                 from llm_harness.trainer.multiturn import episode_group
 
-                groups.append(episode_group(p.state, [_episode(x) for x in ss], int(self.step)))
+                groups.append(episode_group(p.state, [x["episode"] for x in ss], int(self.step)))
                 continue
             groups.append(RolloutGroup(p.state, [tuple(s["response_ids"]) for s in ss],
                                        [np.asarray(s["logprobs"], dtype=np.float64) for s in ss],
@@ -176,8 +175,7 @@ class PrefixBuffer:
         rec = {"response_ids": [int(t) for t in r], "logprobs": [float(x) for x in sample["logprobs"]],
                "reward": float(sample["reward"])}
         if sample.get("episode") is not None:
-            rec["episode"] = dict(sample["episode"])
-            _episode(rec)  # malformed turns are named now, not when the step closes
+            rec["episode"] = _episode(sample["episode"])  # malformed turns are named now, not when the step closes
         self.pending[uid].samples[int(session_id)] = rec
 
     def summary(self) -> dict[str, Any]:

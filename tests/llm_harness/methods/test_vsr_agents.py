@@ -64,6 +64,13 @@ class ScriptedBackend:
         return out
 
 
+def _filled(tr, g, **cfg):
+    """A VSR plug-in (``VSRConfig(**cfg)``) whose buffer holds the step-0 episodes of group ``g``."""
+    v = VSRPlugin(VSRConfig(**cfg), tr.ctx)
+    v.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    return v
+
+
 def _trainer(d, window=None, **over):
     task = get_task("env", env="sokoban", n_train=40, window=window)
     return make_trainer(
@@ -118,8 +125,7 @@ def test_a_replayed_state_restores_the_exact_environment_and_history(played):
     episode group of their own whose turns count on from i."""
     tr, groups = played
     g = groups[0]
-    v = VSRPlugin(VSRConfig(rho=1.0, window=5), tr.ctx)
-    v.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    v = _filled(tr, g, rho=1.0, window=5)
     rows = np.flatnonzero(g.info["episode"] == 1)
     L = rows.size
     t = v.buffer[g.start.problem.id]
@@ -148,8 +154,7 @@ def test_a_replayed_state_restores_the_exact_environment_and_history(played):
 def test_masks_cover_exactly_the_new_actions_of_a_replayed_group(played):
     tr, groups = played
     g = groups[1]
-    v = VSRPlugin(VSRConfig(rho=1.0, window=5), tr.ctx)
-    v.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    v = _filled(tr, g, rho=1.0, window=5)
     t = v.buffer[g.start.problem.id]
     s = v._state(g.start.problem.id, t.positions.size - 1, 0.0)  # the last state: one expert move left
     (rg,) = _collect(tr, [s], step=1)
@@ -177,8 +182,7 @@ def test_gigpo_on_a_replayed_group_is_its_own_episode_group(played):
 
     tr, groups = played
     g = groups[0]
-    v = VSRPlugin(VSRConfig(rho=1.0, window=5), tr.ctx)
-    v.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    v = _filled(tr, g, rho=1.0, window=5)
     (rg,) = _collect(tr, [v._state(g.start.problem.id, 0, 0.0)], step=1)
     info = rg.info
     res = gigpo_advantages(np.zeros(rg.size, dtype=np.int64), info["episode"], info["turn"], info["step_reward"], info["anchor"],
@@ -227,8 +231,7 @@ def test_draws_follow_the_score_or_are_uniform(played):
     """Scored draws never pick a zero-score state; with ``score: uniform`` every state is drawn."""
     tr, groups = played
     g = groups[0]
-    p = VSRPlugin(VSRConfig(rho=1.0, window=50), tr.ctx)
-    p.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    p = _filled(tr, g, rho=1.0, window=50)
     t = p.buffer[g.start.problem.id]
     t.scores = np.where(np.arange(t.scores.size) == 0, 1.0, 0.0)  # only the first state scores
     u = VSRPlugin(VSRConfig(rho=1.0, window=50, score="uniform"), tr.ctx)
@@ -263,8 +266,7 @@ def test_agent_metrics_count_new_actions_and_success_mixing_by_origin(played):
 
     tr, groups = played
     g = groups[0]
-    v = VSRPlugin(VSRConfig(rho=1.0, window=5), tr.ctx)
-    v.after_step(Step(index=0, groups=(g,), kept=(g,), fresh=(g,)), tr.ctx)
+    v = _filled(tr, g, rho=1.0, window=5)
     s = v._state(g.start.problem.id, 1, 0.0)
     (rg,) = _collect(tr, [s], step=1)
     all_fail = dataclasses.replace(rg, info={**rg.info, "episode_success": np.zeros(G, dtype=bool)})

@@ -187,3 +187,14 @@ def test_rows_carry_the_weight_versions_verl_tags_them_with(tok):
 def test_missing_server_logprobs_are_not_invented(tok):
     o = asyncio.run(make_loop(config(), tok, logprobs=False).run({}, session_id=0, **row("u", 1, 10011)))
     assert o.response_logprobs is None
+
+
+def test_the_eval_loop_never_touches_the_buffer(tok):
+    from llm_harness.integrations.verl.env_loop import VSREnvEvalAgentLoop
+
+    buf = PrefixBuffer({"rho": 1.0, "window": 5}, n=N, prompts_per_step=B, max_response_tokens=2048, seed=0)
+    cfg = config(rho=1.0, window=5)
+    loop = VSREnvEvalAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=ScriptedServer(tok, 0.5), tokenizer=tok,
+                               processor=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data), buffer=buf)
+    o = asyncio.run(loop.run({}, session_id=0, **row("u", 1, 10012)))
+    assert loop.buffer is None and o.extra_fields["vsr_origin"] == "fresh" and buf.step is None
