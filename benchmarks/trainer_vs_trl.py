@@ -40,7 +40,9 @@ standard errors, not pairwise; our trainer drops zero-variance groups before the
 back-propagates their zero advantages), which is part of the speed difference — the
 ``ours_no_filter`` contender keeps them; ``ours_static`` is ours with the HF backend's opt-in
 static-KV-cache decode step (same samples; the ``ours/ours_static`` ratio is its measured speedup).
-TRL runs on CPU without vLLM. Needs ``pip install trl``
+TRL runs on CPU without vLLM, in float32 like ours (``bf16=False``: TRL's default is bf16 autocast
+even on CPU, which on a CPU without bf16 GEMMs made its training pass ~11x ours in the committed
+2026-12-01 run; the script refuses to time TRL under any mixed precision). Needs ``pip install trl``
 (the ``bench`` extra); without it only our contenders run (``contenders`` must then omit ``trl``).
 
 Model: ``--model`` (a saved test-bed checkpoint, default ``llm_harness/testbed/checkpoints/mid``);
@@ -425,6 +427,11 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
         seed=seed,
         disable_dropout=True,
         gradient_checkpointing=False,
+        # TRL defaults to bf16 autocast (``bf16 = not fp16``), also on CPU: on a CPU without bf16 GEMMs
+        # (``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` False, as on this AVX2 box) every matmul takes a
+        # slow fallback, and the arithmetic would differ from ours (float32) anyway
+        bf16=False,
+        fp16=False,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok)
     acc_t: dict[str, float] = {}
@@ -458,6 +465,9 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
             threads_seen.add(torch.get_num_threads())
 
     trainer.add_callback(StepClock())
+    precision = str(trainer.accelerator.mixed_precision)
+    if precision != "no":
+        raise RuntimeError(f"TRL runs under mixed precision {precision!r}; the comparison needs float32 on both sides")
     trainer.train()
     if len(per_step) != n_steps:
         raise RuntimeError(f"TRL ran {len(per_step)} optimizer steps, expected {n_steps}")
@@ -476,6 +486,7 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
         "train_s": mean("step") - prep,
         "train_reward": sum(rewards_seen) / max(1, len(rewards_seen)),
         "torch_threads": sorted(threads_seen),
+        "mixed_precision": precision,
     }
     if evaluate:
         # evaluate a clean copy of the trained weights (TRL leaves its training wrappers on the model)
