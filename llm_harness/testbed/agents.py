@@ -88,6 +88,8 @@ class AgentFamily:
     """Default number of training map seeds in the demonstration pool."""
     max_new_tokens: int = 8
     """Reply budget in tokens (the longest action word + ``<eos>`` fits with room to spare)."""
+    max_steps: int | None = None
+    """Action budget (turns) of the family's environment; None = the environment's own."""
     notes: str = ""
     """Why these settings (written into the card)."""
 
@@ -95,15 +97,18 @@ class AgentFamily:
         ENVS.check(self.env, where="env")
         for name in ("window", "context", "n_train_seeds", "max_new_tokens"):
             check_number(name, getattr(self, name), 0 if name == "window" else 1, integer=True)
+        if self.max_steps is not None:
+            check_number("max_steps", self.max_steps, 1, integer=True)
 
     def env_params(self, level: str | None) -> dict[str, Any]:
-        """``make_env`` parameters for ``level`` (the family's default when None)."""
+        """``make_env`` parameters for ``level`` (the family's default when None) and the family's budget."""
         level = self.level if level is None else level
+        budget = {} if self.max_steps is None else {"max_steps": self.max_steps}
         if ENVS[self.env].levels:
-            return {"level": level}
+            return {"level": level, **budget}
         if level is not None:
             raise ValueError(f"level: the {self.env} environment has no levels, got {level!r}")
-        return {}
+        return budget
 
 
 AGENT_FAMILIES: Registry[AgentFamily] = Registry("test-bed agent family", {

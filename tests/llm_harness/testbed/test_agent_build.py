@@ -93,3 +93,22 @@ def test_cli_parses_the_family(tmp_path, capsys):
     assert run_command("testbed build", args) == 0
     log = json.loads((tmp_path / "build_log.json").read_text())
     assert log["build_config"]["family"] == "sokoban" and log["build_config"]["agent"]["context"] == 384
+
+
+def test_family_budget_reaches_the_environment_and_is_validated():
+    """An agent family's ``max_steps`` is part of its environment parameters (and so of its cards and
+    evaluations); without one the environment keeps its own budget."""
+    from llm_harness.envs import make_env
+    from llm_harness.testbed.agents import AgentFamily
+
+    fam = AgentFamily(env="sokoban", alphabet="#_OX√PS", window=0, context=64, max_steps=7)
+    assert fam.env_params(None) == {"max_steps": 7}
+    env = make_env(fam.env, **fam.env_params(None))
+    env.reset(0)
+    for _ in range(6):
+        _, _, done, _ = env.step("xyzzy")  # invalid: a no-op that spends a turn
+        assert not done
+    assert env.step("xyzzy")[2], "the 7th turn ends the episode"
+    assert AgentFamily(env="sokoban", alphabet="#", window=0, context=64).env_params(None) == {}
+    with pytest.raises(ValueError, match="max_steps"):
+        AgentFamily(env="sokoban", alphabet="#", window=0, context=64, max_steps=0)
