@@ -178,8 +178,8 @@ EXTRA_TABLES: tuple[TableSpec, ...] = (
 _EXTRA_REGIME = Regime(
     "recurring", "the `mid` checkpoint on the normal split (2-6 term chains: all-correct and all-incorrect groups both "
     "occur), trained on a fixed pool of 64 prompts (each recurs every 8 updates, so ExTra's per-prompt memory and prefix "
-    "cache fill), G = 6, zero-variance groups kept, 2 mini-batches, lr 5e-5 (at 1e-4 GRPO memorises the pool and its held-out accuracy falls); held-out: validation problems at T 0.7, "
-    "top-p 0.9, 16 samples (the ExTra paper's protocol)")
+    "cache fill), G = 6, zero-variance groups kept, 2 mini-batches, lr 5e-5 (at 1e-4 GRPO memorises the pool and its "
+    "held-out accuracy falls); held-out: validation problems at T 0.7, top-p 0.9, 16 samples (the ExTra paper's protocol)")
 
 _EXTRA_SECTIONS = ("pool", "extra_tables", "passk", "extra_dynamics", "prompt_efficiency", "eval_metrics")
 

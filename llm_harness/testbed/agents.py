@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from llm_harness.envs import ENVS, make_env, seed_range
-from llm_harness.envs.base import TextEnv
+from llm_harness.envs.base import TextEnv, check_budget
 from llm_harness.envs.prompt import Turn, render_agent_prompt
 from llm_harness.testbed.sft import data_seed
 from vsr.checks import check_number
@@ -98,7 +98,7 @@ class AgentFamily:
         for name in ("window", "context", "n_train_seeds", "max_new_tokens"):
             check_number(name, getattr(self, name), 0 if name == "window" else 1, integer=True)
         if self.max_steps is not None:
-            check_number("max_steps", self.max_steps, 1, integer=True)
+            check_budget(self.max_steps)
 
     def env_params(self, level: str | None) -> dict[str, Any]:
         """``make_env`` parameters for ``level`` (the family's default when None) and the family's budget."""

@@ -35,7 +35,8 @@ def test_summary_has_the_contract_fields(path):
             assert m["ci_low"] <= m["final_avg"] + 1e-12 <= m["ci_high"] + 2e-12
         if m["delta_ci_low"] is not None:
             assert m["delta_ci_low"] <= m["delta_vs_grpo"] + 1e-12 <= m["delta_ci_high"] + 2e-12
-        assert m["new_tokens_per_update"] is None or (math.isfinite(m["new_tokens_per_update"]) and m["new_tokens_per_update"] >= 0)  # SFT generates none
+        tokens = m["new_tokens_per_update"]
+        assert tokens is None or (math.isfinite(tokens) and tokens >= 0)  # SFT generates none
     # the reference of every regime is in the list with a zero delta
     refs = {m.get("reference") for m in d["methods"]} - {None}
     for ref in refs:
