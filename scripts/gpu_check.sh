@@ -76,6 +76,15 @@ AGENT_ARGS=(--model.random-init --model.alphabet text --model.max-context 768 --
 timeout 120 "$PY" -m vsr eval --env sokoban "${AGENT_ARGS[@]}" --n-problems 32 --k 4 --out-dir "$OUT_DIR/agent_eval"
 rc=$?
 if [ "$rc" -ne 0 ]; then echo "gpu_check: vsr eval --env FAILED (exit $rc)" >&2; status=1; fi
+if "$PY" -c 'import minigrid' 2>/dev/null; then  # BabyAI through minigrid (the agents extra): the shipped test-bed agent
+    timeout 120 "$PY" -m vsr eval --env babyai --level OneRoomS8 --max-steps 16 --window 0 \
+      --model.path llm_harness/testbed/checkpoints/babyai/mid --model.device "${AGENT_DEVICE:-cuda}" \
+      --n-problems 32 --k 4 --out-dir "$OUT_DIR/agent_eval_babyai"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "gpu_check: vsr eval --env babyai FAILED (exit $rc)" >&2; status=1; fi
+else
+    echo "gpu_check: skipped vsr eval --env babyai: minigrid is not installed (pip install -e .[agents])"
+fi
 cat > "$OUT_DIR/agent_train.yaml" <<YAML
 steps: 4
 task: {name: env, params: {env: sokoban, n_train: 64, window: 1}}
@@ -127,12 +136,15 @@ fi
 # 7. the GPU agent recipes (issue 16 item 5: Qwen2.5-1.5B-Instruct, batch 32, G 8, lr 1e-6, 256-token
 #    replies, rho 0.3, W 5) resolve; two updates of the VSR + GiGPO recipe at reduced batch when the
 #    model is in the local Hugging Face cache (vLLM when importable, else the HF backend)
-echo "== agents: GPU recipes configs/agent_sokoban_*_gpu.yaml =="
+echo "== agents: GPU recipes configs/agent_*_gpu.yaml (Sokoban, BabyAI SynthLoc / OneRoomS8 / MiniBoss) =="
 "$PY" - <<'PYEOF'
+from pathlib import Path
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
 from vsr.config_io import load_config
-for name in ("agent_sokoban_gigpo_gpu.yaml", "agent_sokoban_vsr_gigpo_gpu.yaml"):
+names = sorted(p.name for p in Path("configs").glob("agent_*_gpu.yaml"))
+assert len(names) >= 8, names
+for name in names:
     check_registries(load_config(TrainConfig, f"configs/{name}"))
     print(f"gpu_check: {name} resolves")
 PYEOF

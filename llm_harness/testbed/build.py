@@ -74,8 +74,8 @@ class AgentBuildSettings:
     """Evaluation seeds per runner call (a chunk reproduces on its own, ``agent_eval``)."""
     alphas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 0.9)
     """Fractions of the expert episode replayed before the policy plays (0 = the initial state)."""
-    curve_checkpoints: tuple[str, ...] = ("low", "mid", "high")
-    """Checkpoints whose card has the whole α curve (the others: α = 0 only)."""
+    curve_checkpoints: tuple[str, ...] | None = None
+    """Checkpoints whose card has the whole α curve (the others: α = 0 only); None = the family's."""
 
     def __post_init__(self) -> None:
         if self.window is not None:
@@ -108,6 +108,7 @@ class AgentBuildSettings:
             window=family.window if self.window is None else self.window,
             context=family.context if self.context is None else self.context,
             n_train_seeds=family.n_train_seeds if self.n_train_seeds is None else self.n_train_seeds,
+            curve_checkpoints=family.curve_checkpoints if self.curve_checkpoints is None else self.curve_checkpoints,
         )
 
 

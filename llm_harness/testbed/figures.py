@@ -66,9 +66,11 @@ def make_agent_figures(out_dir: Path, quick: bool = False, checkpoint_dir: Path 
         names = list(dict.fromkeys(r["checkpoint"] for r in rows))
         for name in names:
             rs = [r for r in rows if r["checkpoint"] == name]
-            if len(rs) < 2:
-                continue
             a = [r["alpha"] for r in rs]
+            if len(rs) < 2:  # a card with the initial state only: its success as a point with its interval
+                ax.errorbar(a, [rs[0]["success"]], yerr=[[rs[0]["success"] - rs[0]["ci_low"]], [rs[0]["ci_high"] - rs[0]["success"]]],
+                            fmt="s", capsize=3, label=f"{name} (step {rs[0]['step']}, initial state only)")
+                continue
             line, = ax.plot(a, [r["success"] for r in rs], "o-", label=f"{name} (step {rs[0]['step']})")
             ax.fill_between(a, [r["ci_low"] for r in rs], [r["ci_high"] for r in rs], color=line.get_color(), alpha=0.2)
         ax.set_xlabel("alpha (fraction of the expert episode replayed; bands: 95% Wilson)")

@@ -439,6 +439,12 @@ class EvalConfig:
     the first ``n_problems`` of the 128 fixed evaluation seeds, ``k`` episodes each."""
     env_params: Mapping[str, Any] = field(default_factory=dict)
     """Parameters of the environment (e.g. ``{level: OneRoomS8}``)."""
+    level: str = ""
+    """Agents: the environment's level (babyai: SynthLoc, OneRoomS8, MiniBoss; merged into ``env_params``);
+    empty = the environment's default."""
+    max_steps: int | None = None
+    """Agents: action budget in turns (merged into ``env_params``); None = the environment's own. The
+    BabyAI test-bed agent's cards are at 16 (``llm_harness.testbed.agents``)."""
     window: int = 2
     """Agents: previous turns shown in each prompt."""
     turn_tokens: int = 8
@@ -459,6 +465,15 @@ class EvalConfig:
         check_number("turn_tokens", self.turn_tokens, 1, integer=True)
         if not isinstance(self.env_params, Mapping):
             raise ValueError(f"env_params: must be a mapping, got {type(self.env_params).__name__}")
-        object.__setattr__(self, "env_params", dict(self.env_params))
+        params = dict(self.env_params)
+        for key, value in (("level", self.level or None), ("max_steps", self.max_steps)):
+            if value is None:
+                continue
+            if key in params and params[key] != value:
+                raise ValueError(f"{key}: {value!r} contradicts env_params[{key!r}] = {params[key]!r}")
+            if not self.env:
+                raise ValueError(f"{key}: only for agents (set env)")
+            params[key] = value
+        object.__setattr__(self, "env_params", params)
         if not self.out_dir:
             raise ValueError("out_dir: must not be empty")

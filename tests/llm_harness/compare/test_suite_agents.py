@@ -26,11 +26,27 @@ def test_the_suite_is_registered_with_gigpo_as_reference(tmp_path):
         tc = from_dict(TrainConfig, j.mapping)
         check_registries(tc)
         assert tc.algo.advantage == "gigpo" and tc.algo.collector == "multiturn" and tc.task.name == "env"
-        assert tc.model.path.endswith("checkpoints/sokoban/mid") and tc.steps == 20 and tc.validation.n_problems == 128
+        assert tc.model.path.endswith(f"checkpoints/{j.regime}/mid") and tc.steps == 20 and tc.validation.n_problems == 128
         vsr = tc.plugins.get("vsr")
         assert (vsr is None) == (j.method in ("base", "gigpo"))
         if j.method == "vsr_norecency":
             assert vsr["freeze_after"] == 5  # a quarter of the run, rescaled from the config's 10 of 40
+
+
+def test_the_babyai_regime_is_the_babyai_config():
+    """Every method of the ``babyai`` regime trains the BabyAI test-bed agent with exactly the task of
+    ``configs/agent_babyai_oneroom_gigpo.yaml`` (level, budget, window of its card), Sokoban's recipe otherwise."""
+    from llm_harness.compare.suites_agents import BABYAI_OVERRIDES
+    from vsr.config_io import load_config
+
+    cpu = load_config(TrainConfig, Path(__file__).resolve().parents[3] / "configs" / "agent_babyai_oneroom_gigpo.yaml")
+    jobs = [j for j in plan_jobs(CompareConfig(suite="agents", out=Path("/tmp/unused"), seeds=1, steps=4, regimes=("babyai",)))]
+    assert {j.regime for j in jobs} == {"babyai"} and len(jobs) == len(SUITES["agents"].methods) + 1
+    for j in jobs:
+        tc = from_dict(TrainConfig, j.mapping)
+        assert tc.task == cpu.task and tc.model.path == cpu.model.path and tc.rollout.share_prefix is False, j.method
+        assert tc.algo == cpu.algo and (tc.rollout.group_size, tc.rollout.prompts_per_step) == (cpu.rollout.group_size, cpu.rollout.prompts_per_step)
+    assert BABYAI_OVERRIDES["task"]["params"]["env_params"] == dict(cpu.task.params["env_params"])
 
 
 def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
@@ -41,7 +57,7 @@ def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
             "rollout": {"prompts_per_step": 3, "group_size": 2}, "agent": {"max_turns": 4},
             "validation": {"every": 2, "n_problems": 4, "k": 1}, "plugins": {}}
     jobs = []
-    for j in plan_jobs(CompareConfig(suite="agents", out=tmp_path, quick=True)):
+    for j in plan_jobs(CompareConfig(suite="agents", out=tmp_path, quick=True, regimes=("sokoban",))):
         if j.method not in ("base", "gigpo", "vsr_gigpo", "static_reset"):
             continue
         over = dict(tiny)

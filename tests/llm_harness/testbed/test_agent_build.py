@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from llm_harness.testbed.agents import AGENT_FAMILIES
 from llm_harness.testbed.build import FAMILIES, AgentBuildSettings, TestbedBuildConfig, build
 from llm_harness.testbed.model import TestbedModelConfig, load_testbed
 from llm_harness.testbed.paths import CHECKPOINT_DIR
@@ -66,7 +67,11 @@ def test_family_defaults_and_errors(tmp_path):
     sok = TestbedBuildConfig(family="sokoban")
     assert sok.out_dir == str(CHECKPOINT_DIR / "sokoban") and sok.max_new_tokens == 8
     assert sok.agent.window == 0 and sok.agent.context == sok.arch.max_position_embeddings == 384
-    assert TestbedBuildConfig(family="babyai").agent.level == "OneRoomS8"
+    baby = TestbedBuildConfig(family="babyai")
+    assert baby.agent.level == "OneRoomS8" and baby.agent.curve_checkpoints == ("mid",) and sok.agent.curve_checkpoints == ("low", "mid", "high")
+    assert AGENT_FAMILIES["babyai"].env_params(None) == {"level": "OneRoomS8", "max_steps": 16}
+    assert AGENT_FAMILIES["babyai"].env_params("MiniBoss") == {"level": "MiniBoss"}  # a per-level budget
+    assert TestbedBuildConfig(family="babyai", agent=AgentBuildSettings(curve_checkpoints=())).agent.curve_checkpoints == ()
     assert set(FAMILIES) == {"arith", "sokoban", "babyai"}
     with pytest.raises(ValueError, match="family"):
         TestbedBuildConfig(family="chess")
@@ -112,3 +117,7 @@ def test_family_budget_reaches_the_environment_and_is_validated():
     assert AgentFamily(env="sokoban", alphabet="#", window=0, context=64).env_params(None) == {}
     with pytest.raises(ValueError, match="max_steps"):
         AgentFamily(env="sokoban", alphabet="#", window=0, context=64, max_steps=0)
+    with pytest.raises(ValueError, match="no level 'OneRoomS8'"):
+        AgentFamily(env="sokoban", alphabet="#", window=0, context=64, max_steps={"OneRoomS8": 16})
+    with pytest.raises(ValueError, match="max_steps"):
+        AgentFamily(env="babyai", alphabet="#", window=0, context=64, level="MiniBoss", max_steps={"MiniBoss": 0})

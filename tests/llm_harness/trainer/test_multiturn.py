@@ -289,3 +289,28 @@ def test_agent_curve_writes_the_plotted_numbers(tmp_path):
     assert float(table[2]["train_success_fresh"]) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="no metrics"):
         plot_agent_run(tmp_path / "nothing", tmp_path / "fig2", title="t")
+
+
+def test_vsr_eval_env_takes_the_level_and_budget(tmp_path):
+    """``vsr eval --env babyai --level L --max-steps N`` evaluates that level under that budget (both go
+    into ``env_params`` and the report); contradictions and agent-only options without an env are refused."""
+    import json
+
+    from llm_harness.trainer.config import EvalConfig
+    from vsr.cli import main
+
+    pytest.importorskip("minigrid")
+    out = tmp_path / "ev"
+    rc = main(["eval", "--env", "babyai", "--level", "MiniBoss", "--max-steps", "3", "--model.random-init",
+               "--model.alphabet", "text", "--model.max-context", "2048", "--model.hidden-size", "16",
+               "--model.num-layers", "1", "--model.num-heads", "2", "--n-problems", "2", "--k", "1",
+               "--turn-tokens", "2", "--window", "0", "--out-dir", str(out)])
+    assert rc == 0
+    res = json.loads((out / "eval.json").read_text())
+    assert res["env_params"] == {"level": "MiniBoss", "max_steps": 3}
+    assert 0 < res["turns_mean"] <= 3
+    assert EvalConfig(env="babyai", env_params={"level": "SynthLoc"}, max_steps=16).env_params == {"level": "SynthLoc", "max_steps": 16}
+    with pytest.raises(ValueError, match="contradicts"):
+        EvalConfig(env="babyai", env_params={"level": "SynthLoc"}, level="MiniBoss")
+    with pytest.raises(ValueError, match="only for agents"):
+        EvalConfig(max_steps=16)

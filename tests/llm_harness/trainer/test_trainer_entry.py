@@ -140,3 +140,29 @@ def test_agent_configs_are_the_papers_settings():
         assert (g.model.path, g.model.backend, g.rollout.prompts_per_step, g.rollout.group_size, g.optim.lr, g.agent.turn_tokens) == \
                ("Qwen/Qwen2.5-1.5B-Instruct", "vllm", 32, 8, 1e-6, 256)
     assert load("agent_sokoban_vsr_gigpo_gpu.yaml").plugins == vsr.plugins
+
+
+def test_babyai_agent_configs():
+    """BabyAI configs (issue 15 item 6): the CPU config trains the mid test-bed agent on its own level,
+    budget and window (those of its card) with the Sokoban recipe's GiGPO; the GPU recipes, one per VSR
+    level, carry the paper's agentic settings; the VSR variants add exactly the paper's plug-in."""
+    from llm_harness.testbed.agents import AGENT_FAMILIES
+
+    load = lambda name: load_config(TrainConfig, _CONFIG_DIR / name)  # noqa: E731
+    sok, cpu, cpu_vsr = load("agent_sokoban_gigpo.yaml"), load("agent_babyai_oneroom_gigpo.yaml"), load("agent_babyai_oneroom_vsr_gigpo.yaml")
+    fam = AGENT_FAMILIES["babyai"]
+    assert cpu.model.path == "llm_harness/testbed/checkpoints/babyai/mid"
+    assert cpu.task.params["env"] == "babyai" and cpu.task.params["env_params"] == fam.env_params(None)
+    assert cpu.task.params["window"] == fam.window and cpu.agent.turn_tokens == fam.max_new_tokens
+    assert (cpu.algo, cpu.optim, cpu.rollout.group_size) == (sok.algo, sok.optim, sok.rollout.group_size)
+    assert cpu_vsr.plugins == load("agent_sokoban_vsr_gigpo.yaml").plugins and cpu_vsr.task == cpu.task
+    sok_gpu = load("agent_sokoban_gigpo_gpu.yaml")
+    for level, budget in (("oneroom", 64), ("synthloc", 192), ("miniboss", 128)):
+        g, v = load(f"agent_babyai_{level}_gigpo_gpu.yaml"), load(f"agent_babyai_{level}_vsr_gigpo_gpu.yaml")
+        assert (g.model, g.algo, g.optim, g.agent) == (sok_gpu.model, sok_gpu.algo, sok_gpu.optim, sok_gpu.agent)
+        assert (g.rollout.prompts_per_step, g.rollout.group_size, g.steps) == (32, 8, 150)
+        assert g.task.params["env_params"]["max_steps"] == budget and g.task.params["reply_format"] == "tagged"
+        assert not g.plugins and v.plugins == cpu_vsr.plugins and v.task == g.task
+    levels = {load(f"agent_babyai_{lv}_gigpo_gpu.yaml").task.params["env_params"]["level"] for lv in ("oneroom", "synthloc", "miniboss")}
+    assert levels == {"OneRoomS8", "SynthLoc", "MiniBoss"}
+
