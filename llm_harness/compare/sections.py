@@ -78,8 +78,12 @@ def curriculum_data(run_dirs: Sequence[Path], steps: int) -> dict[str, Any]:
             m = np.array([[r.get(f"vsr_alpha_b{k}_mixed", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
             s = np.array([[r.get(f"vsr_alpha_b{k}_success", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
             per.append({"groups": g, "mixed": m, "success": s})
-        series = {key: [r.get(key, float("nan")) for r in rows] for key in ("mixed_frac_fresh", "vsr_buffer_expert_frac",
-                                                                          "vsr_buffer_trajectories", "vsr_replayed_alpha_mean")}
+        # agents: a group is mixed when its episodes' *successes* differ (returns almost always differ)
+        mixed_key = "success_mixed_frac_fresh" if "success_mixed_frac_fresh" in rows[0] else "mixed_frac_fresh"
+        series = {key: [r.get(src, float("nan")) for r in rows]
+                  for key, src in (("mixed_frac_fresh", mixed_key), ("vsr_buffer_expert_frac", "vsr_buffer_expert_frac"),
+                                   ("vsr_buffer_trajectories", "vsr_buffer_trajectories"),
+                                   ("vsr_replayed_alpha_mean", "vsr_replayed_alpha_mean"))}
         seeds.append({"windows": per, "series": series})
     return {"windows": wins, "seeds": seeds}
 
@@ -106,9 +110,10 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
             d = curriculum_data(dirs, steps)
             if d["seeds"]:
                 data[name] = d
-        if "vsr" not in data:
+        if not data:
             continue
-        d = data["vsr"]
+        primary = "vsr" if "vsr" in data else next(iter(data))  # the suite's first VSR arm (agents: vsr_gigpo)
+        d = data[primary]
         wins = d["windows"]
         centres = (np.arange(CURRICULUM_BINS) + 0.5) / CURRICULUM_BINS
         fig, ax = plt.subplots(2, 3, figsize=(16, 8.5))
@@ -137,7 +142,8 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
                     y = np.nanmean(ys, axis=0)
                 axis.plot(np.arange(len(y)), moving_mean(y, max(1, len(y) // 20)), label=name)
         ref_dirs = [Path(j.run_dir) for j in jobs if j.regime == regime and j.method == suite.reference]
-        ys = [[r.get("mixed_frac_fresh", np.nan) for r in rows] for rows in map(_rows, ref_dirs) if rows]
+        ys = [[r.get("success_mixed_frac_fresh", r.get("mixed_frac_fresh", np.nan)) for r in rows]
+              for rows in map(_rows, ref_dirs) if rows]
         if ys:
             n = min(len(y) for y in ys)
             y = np.nanmean(np.array([y[:n] for y in ys], dtype=np.float64), axis=0)
@@ -165,7 +171,7 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
                  "away from the prompt (larger α)" if np.isfinite(diff[1]) and diff[1] > 0 else
                  "not detectably (interval contains 0)")
         lines += [
-            f"Regime `{regime}`, arm `vsr` ({len(d['seeds'])} seeds):", "",
+            f"Regime `{regime}`, arm `{primary}` ({len(d['seeds'])} seeds):", "",
             f"* Mean α of the *mixed* replayed groups, first window → last window, per-seed change "
             f"{diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]: the frontier moves {moved}.",
             f"* Mean α of all replayed groups: change {rdiff[0]:+.3f} [{rdiff[1]:+.3f}, {rdiff[2]:+.3f}].",

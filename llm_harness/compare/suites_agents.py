@@ -114,7 +114,8 @@ register_suite(
         ),
         reference="gigpo",
         sizes=SUITE_SIZES,
-        sections=("agent_accounting",),
+        min_effect=0.05,
+        sections=("agent_accounting", "curriculum"),
     )
 )
 

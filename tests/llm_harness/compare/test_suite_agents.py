@@ -95,3 +95,13 @@ def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
     assert "agent_accounting" in SUITES["agents"].sections
     lines = SECTIONS.lookup("agent_accounting", "report section")(None, jobs, {}, SUITES["agents"], tmp_path)
     assert "\n".join(lines).strip() == text.strip()
+    # ... and the reverse-curriculum section (replayed α per window, success-mixed fresh groups), led by
+    # the suite's first VSR arm
+    from types import SimpleNamespace
+
+    import llm_harness.compare.sections  # noqa: F401  (registers the built-in sections, as write_report does)
+
+    assert "curriculum" in SUITES["agents"].sections and SUITES["agents"].min_effect == 0.05
+    cur = SECTIONS.lookup("curriculum", "report section")(SimpleNamespace(sizes={"steps": 2}), jobs, {"sokoban": {}},
+                                                           SUITES["agents"], tmp_path)
+    assert "Regime `sokoban`, arm `vsr_gigpo` (1 seeds):" in cur and (tmp_path / "curriculum_sokoban.png").is_file()

@@ -51,7 +51,7 @@ def test_every_arm_builds_a_valid_config_on_the_pool_with_the_papers_protocol(su
         check_registries(tc)
         plugins = _parse_plugins(tc)
         assert tc.task.pool == str(tmp_path / "runs" / "pool.json") and tc.model.path.endswith("checkpoints/mid")
-        assert tc.steps == s.sizes["steps"] and tc.optim.lr == (1.0e-4 if suite.startswith("replay") else 5.0e-5)
+        assert tc.steps == s.sizes["steps"] and tc.optim.lr == (1.0e-4 if suite == "replay" else 5.0e-5)
         assert tc.algo.mini_batches == 2
         if suite.startswith("replay"):
             assert (tc.validation.temperature, tc.validation.top_p, tc.validation.k) == (0.6, 0.8, 8)
@@ -90,6 +90,10 @@ def test_tables_name_suite_arms_and_table13_is_twelve_fresh_anchored_configurati
     assert [parse_extra_params("extra", jobs_e.mapping["plugins"]["extra"]).gamma
             for jobs_e in plan_jobs(CompareConfig(suite="extra_gamma", out=tmp_path, seeds=1))
             if "extra" in jobs_e.mapping["plugins"]] == [0.5, 1.0, 2.0, 5.0]
+    # the committed `replay` suite trains at 1e-4; the per-table ones at 5e-5 (there GRPO memorised the pool)
+    lrs = {name: {j.resolved()["optim"]["lr"] for j in plan_jobs(CompareConfig(suite=name, out=tmp_path, seeds=1))}
+           for name in REPLAY_SUITES}
+    assert lrs == {"replay": {1e-4}, "replay_tau": {5e-5}, "replay_priority": {5e-5}, "replay_ratio": {5e-5}}
 
 
 @pytest.mark.parametrize("suite", REPLAY_SUITES + EXTRA_SUITES)
