@@ -370,6 +370,10 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         f"{z['steps']} updates per run, seeds 0..{z['seeds'] - 1}, held-out: {z['eval_problems']} "
         f"{proto.get('eval_split', 'validation')} problems x {k} samples (T = {proto.get('eval_temperature')}, "
         f"top-p {proto.get('eval_top_p')}), evaluated every {z['eval_every']} updates")
+    own = {r: cfg.sizes_for(r) for r in summary if cfg.sizes_for(r) != z}
+    if own and not cfg.quick:
+        sizes += "; " + "; ".join(f"regime `{r}`: {o['steps']} updates, seeds 0..{o['seeds'] - 1}, evaluated every "
+                                  f"{o['eval_every']} updates" for r, o in own.items())
     lines = [
         f"# Comparison report: suite `{cfg.suite}`",
         "",
@@ -450,6 +454,7 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         return o
 
     doc = {"suite": cfg.suite, "steps": z["steps"], "seeds": list(range(z["seeds"])), "k": k, "reference": suite.reference,
+           "sizes_by_regime": {r: cfg.sizes_for(r) for r in summary},
            "min_effect": suite.min_effect, "protocol": proto, "methods": _contract(cfg, suite, records_all, summary),
            "regimes": summary, "records": records_all}
     write_json(out / "summary.json", _clean(doc))

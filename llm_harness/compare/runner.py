@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
-from llm_harness.compare.suite import SUITES, Suite, run_mapping
+from llm_harness.compare.suite import SUITES, Regime, Suite, run_mapping
 from vsr.atomic import write_json
 from vsr.checks import check_number
 
@@ -96,10 +96,18 @@ class CompareConfig:
 
     @property
     def sizes(self) -> dict[str, int]:
-        """Resolved sizes: flag, else the suite's, else :data:`DEFAULT_SIZES` (``--quick``: :data:`QUICK_SIZES`)."""
+        """Resolved suite-level sizes: flag, else the suite's, else :data:`DEFAULT_SIZES` (``--quick``:
+        :data:`QUICK_SIZES`); a regime may set its own seeds / steps / eval_every (:meth:`sizes_for`)."""
+        return self.sizes_for(None)
+
+    def sizes_for(self, regime: str | None) -> dict[str, int]:
+        """Resolved sizes of one regime: flag, else the regime's (``Regime.sizes``), else the suite's, else
+        :data:`DEFAULT_SIZES` (``--quick``: :data:`QUICK_SIZES` for every regime)."""
         if self.quick:
             return dict(QUICK_SIZES)
-        z = {**DEFAULT_SIZES, **dict(SUITES[self.suite].sizes)}
+        suite = SUITES[self.suite]
+        own = next((dict(r.sizes) for r in suite.regimes if r.name == regime), {}) if regime is not None else {}
+        z = {**DEFAULT_SIZES, **dict(suite.sizes), **own}
         for k in z:
             if getattr(self, k) is not None:
                 z[k] = int(getattr(self, k))
@@ -157,23 +165,26 @@ class Job:
 def plan_jobs(cfg: CompareConfig) -> list[Job]:
     """Every job of the comparison (base evaluations first), with resolved config mappings."""
     suite: Suite = SUITES[cfg.suite]
-    z = cfg.sizes
     methods = [m for m in suite.methods if not cfg.methods or m.name in cfg.methods]
     regimes = [r for r in suite.regimes if not cfg.regimes or r.name in cfg.regimes]
     base_method = next(m for m in suite.methods if m.name == suite.reference)
     pool = str(cfg.pool_path) if cfg.pool_path is not None else ""
     root = cfg.runs_root
-    kw = dict(steps=z["steps"], eval_problems=z["eval_problems"], eval_k=z["eval_k"], eval_every=z["eval_every"], pool=pool)
+
+    def kw(r: Regime) -> dict[str, Any]:
+        z = cfg.sizes_for(r.name)
+        return dict(steps=z["steps"], eval_problems=z["eval_problems"], eval_k=z["eval_k"], eval_every=z["eval_every"], pool=pool)
+
     jobs: list[Job] = []
     for r in regimes:
-        for seed in range(z["seeds"]):
+        for seed in range(cfg.sizes_for(r.name)["seeds"]):
             d = root / r.name / "base" / f"seed{seed}"
-            jobs.append(Job(r.name, "base", seed, str(d), run_mapping(base_method, r, seed=seed, run_dir=str(d), **kw)))
+            jobs.append(Job(r.name, "base", seed, str(d), run_mapping(base_method, r, seed=seed, run_dir=str(d), **kw(r))))
     for r in regimes:
         for m in methods:
-            for seed in range(z["seeds"]):
+            for seed in range(cfg.sizes_for(r.name)["seeds"]):
                 d = root / r.name / m.name / f"seed{seed}"
-                jobs.append(Job(r.name, m.name, seed, str(d), run_mapping(m, r, seed=seed, run_dir=str(d), **kw)))
+                jobs.append(Job(r.name, m.name, seed, str(d), run_mapping(m, r, seed=seed, run_dir=str(d), **kw(r))))
     return jobs
 
 

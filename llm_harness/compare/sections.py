@@ -100,10 +100,10 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = cfg.sizes["steps"]
     lines = ["## The reverse curriculum on a language model", ""]
     vsr_methods = [m.name for m in suite.methods if m.family == "vsr"]
     for regime in summary:
+        steps = cfg.sizes_for(regime)["steps"]
         data = {}
         for name in vsr_methods:
             dirs = [Path(j.run_dir) for j in jobs if j.regime == regime and j.method == name]

@@ -52,6 +52,22 @@ class Regime:
     """Deep-merged into every method's config."""
     plugin_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """``{plugin: params}`` merged into a method's plug-in params when the method uses that plug-in."""
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    """This regime's ``seeds``, ``steps`` and ``eval_every`` over the suite's (a ``vsr compare`` flag
+    overrides both); the held-out protocol (``eval_problems``, ``eval_k``) stays the suite's, so every
+    regime's table reports the same metric."""
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.sizes) - set(REGIME_SIZE_KEYS))
+        if bad:
+            raise ValueError(f"regime {self.name!r}: sizes may set only {list(REGIME_SIZE_KEYS)}, got {bad}")
+        for k, v in self.sizes.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "eval_every" else 1):
+                raise ValueError(f"regime {self.name!r}: sizes.{k} must be an integer >= {0 if k == 'eval_every' else 1}, got {v!r}")
+
+
+#: the sizes a :class:`Regime` may set over its suite's
+REGIME_SIZE_KEYS = ("seeds", "steps", "eval_every")
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,16 @@ The suite's default sizes are the powered design; it is run over two sessions in
 --methods gigpo vsr_gigpo`` (13 · 2 · 464 + 13 · 32 s ≈ 1.7 h), then ``--methods vsr_uniform
 static_reset`` (≈ 1.7 h), then ``--methods vsr_norecency`` (≈ 0.8 h), then ``--report-only``, whose
 Holm correction covers all four contrasts.
+
+**BabyAI sizing** (:data:`BABYAI_SIZES`, the regime's own ``Regime.sizes``: 8 seeds, 10 updates, evaluated at
+updates 5 and 10; the held-out protocol stays the suite's 128 seeds x 2 episodes). One BabyAI update (4 initial
+states x 8 episodes, up to 16 turns of ~300 unshared prompt tokens) costs 65-89 s of one core and one
+evaluation ~60-100 s (``figures/agent_babyai_gigpo_short``), 4-5x a Sokoban update, because the loss pass
+dominates. A run is then ~10 · 75 + 2 · 80 ≈ 910 s; GiGPO and VSR + GiGPO over 8 seeds with the base
+evaluations ≈ 8 · (2 · 910 + 80) ≈ 15 200 core-s ≈ 2.1 h on 2 cores (``vsr compare --suite agents --regimes babyai
+--methods gigpo vsr_gigpo``); each ablation adds ≈ 1 h. Power on BabyAI is unknown before the runs (GiGPO moved
+held-out success 0.07 → 0.26 in 10 updates, so between-run training noise may dominate); the report prints
+the power at the spread it measures.
 Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
 30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
 10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
@@ -79,7 +89,7 @@ import numpy as np
 from llm_harness.compare.report import _mean, register_section
 from llm_harness.compare.suite import Method, Regime, Suite, register_suite
 
-__all__ = ["AGENT_METHODS", "BABYAI_OVERRIDES", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
+__all__ = ["AGENT_METHODS", "BABYAI_OVERRIDES", "BABYAI_SIZES", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]
 
 AGENT_METHODS: tuple[Method, ...] = (
     Method("gigpo", "agent_sokoban_gigpo.yaml", "GiGPO"),
@@ -97,6 +107,9 @@ BABYAI_OVERRIDES: dict[str, Any] = {
     "rollout": {"share_prefix": False, "prompts_per_step": 4},
 }
 
+#: the BabyAI regime's own seeds and updates (module doc, "BabyAI sizing"): GiGPO and VSR + GiGPO fit one 2-h part
+BABYAI_SIZES: dict[str, int] = {"seeds": 8, "steps": 10}
+
 #: sizes powered for Holm over the four contrasts (module doc, "Sizing"; about 4.2 h on 2 quiet cores):
 #: pass them as ``--seeds``, ``--steps``, ``--eval-problems``, ``--eval-k``
 SUITE_SIZES: dict[str, int] = {"seeds": 13, "steps": 20, "eval_problems": 128, "eval_k": 2}
@@ -110,7 +123,7 @@ register_suite(
         regimes=(
             Regime("sokoban", "the shipped 'mid' Sokoban test-bed agent (6x6, 1 box, 15 steps), window 0, 8-token replies"),
             Regime("babyai", "the shipped 'mid' BabyAI OneRoomS8 test-bed agent (16-turn budget), window 0, 8-token replies",
-                   overrides=BABYAI_OVERRIDES),
+                   overrides=BABYAI_OVERRIDES, sizes=BABYAI_SIZES),
         ),
         reference="gigpo",
         sizes=SUITE_SIZES,

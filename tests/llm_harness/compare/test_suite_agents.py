@@ -97,11 +97,32 @@ def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
     assert "\n".join(lines).strip() == text.strip()
     # ... and the reverse-curriculum section (replayed α per window, success-mixed fresh groups), led by
     # the suite's first VSR arm
-    from types import SimpleNamespace
-
     import llm_harness.compare.sections  # noqa: F401  (registers the built-in sections, as write_report does)
 
     assert "curriculum" in SUITES["agents"].sections and SUITES["agents"].min_effect == 0.05
-    cur = SECTIONS.lookup("curriculum", "report section")(SimpleNamespace(sizes={"steps": 2}), jobs, {"sokoban": {}},
+    cur = SECTIONS.lookup("curriculum", "report section")(CompareConfig(suite="agents", out=tmp_path, steps=2), jobs, {"sokoban": {}},
                                                            SUITES["agents"], tmp_path)
     assert "Regime `sokoban`, arm `vsr_gigpo` (1 seeds):" in cur and (tmp_path / "curriculum_sokoban.png").is_file()
+
+
+def test_regimes_carry_their_own_sizes_and_a_flag_overrides_them(tmp_path):
+    """The BabyAI regime runs its own seeds and updates (``Regime.sizes``); Sokoban keeps the suite's; a
+    ``vsr compare`` flag overrides both; the held-out protocol is suite-wide."""
+    from llm_harness.compare.suite import Regime
+    from llm_harness.compare.suites_agents import BABYAI_SIZES, SUITE_SIZES
+
+    cfg = CompareConfig(suite="agents", out=tmp_path)
+    assert cfg.sizes_for("babyai")["steps"] == BABYAI_SIZES["steps"] != SUITE_SIZES["steps"] == cfg.sizes_for("sokoban")["steps"]
+    assert cfg.sizes_for("babyai")["eval_every"] == BABYAI_SIZES["steps"] // 2 and cfg.sizes == cfg.sizes_for("sokoban")
+    jobs = plan_jobs(cfg)
+    for regime, z in (("sokoban", SUITE_SIZES), ("babyai", BABYAI_SIZES)):
+        mine = [j for j in jobs if j.regime == regime]
+        assert {j.seed for j in mine} == set(range(z["seeds"])) and len(mine) == z["seeds"] * (len(SUITES["agents"].methods) + 1)
+        assert {j.resolved()["steps"] for j in mine} == {z["steps"]}
+        assert {j.resolved()["validation"]["n_problems"] for j in mine} == {SUITE_SIZES["eval_problems"]}
+    flagged = plan_jobs(CompareConfig(suite="agents", out=tmp_path, steps=6, seeds=2))
+    assert {(j.resolved()["steps"], j.seed < 2) for j in flagged} == {(6, True)} and len(flagged) == 2 * 2 * 6
+    with pytest.raises(ValueError, match="sizes may set only"):
+        Regime("x", "y", sizes={"eval_k": 4})
+    with pytest.raises(ValueError, match="sizes.steps must be an integer"):
+        Regime("x", "y", sizes={"steps": 0})
