@@ -181,7 +181,11 @@ def format_agent_summary(summary: dict[str, dict[str, dict[str, float]]]) -> str
     def f(x: float, nd: int = 3) -> str:
         return "-" if not np.isfinite(x) else f"{x:.{nd}f}"
 
-    lines = ["## Episode accounting (agents)", ""]
+    lines = ["## Episode accounting (agents)", "",
+             "New tokens and new actions are those the policy generated in the update (a replayed state's history is "
+             "context). A group is *success-mixed* when its episodes neither all succeed nor all fail (VSR's regime); "
+             "the main table's 'mixed groups' column counts the same for agents (their returns differ almost always, "
+             "through per-step rewards).", ""]
     for regime, methods in summary.items():
         lines += [f"### {regime}", "",
                   "| method | seeds | new tokens / update | new actions / update | token ratio vs GiGPO | success-mixed groups: "

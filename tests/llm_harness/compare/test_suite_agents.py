@@ -126,3 +126,32 @@ def test_regimes_carry_their_own_sizes_and_a_flag_overrides_them(tmp_path):
         Regime("x", "y", sizes={"eval_k": 4})
     with pytest.raises(ValueError, match="sizes.steps must be an integer"):
         Regime("x", "y", sizes={"steps": 0})
+
+
+def test_the_report_shows_finished_runs_only(tmp_path):
+    """A run still training (``metrics.jsonl`` written, no ``done.json``) is left out of every section, so
+    the accounting's seed counts match the main table's."""
+    from llm_harness.compare.report import write_report
+    from llm_harness.methods.vsr import CURRICULUM_BINS
+
+    cfg = CompareConfig(suite="agents", out=tmp_path, seeds=3, steps=4, regimes=("sokoban",), methods=("gigpo", "vsr_gigpo"))
+    jobs = plan_jobs(cfg)
+    for j in jobs:
+        d = Path(j.run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        val = {"val_avg_at_2": 0.2 + 0.01 * j.seed, "val_pass_at_2": 0.3, "val_success": 0.2}
+        if j.method != "base":
+            rows = [{"step": s, "gen_new_tokens": 3000.0, "gen_new_actions": 700.0, "success_mixed_frac_fresh": 0.5,
+                     "time_step_s": 1.0, "time_plugins_s": 0.0, "reward_mean": 0.1,
+                     **({"success_mixed_frac_replayed_prefix": 0.8, "vsr_replayed_alpha_p50": 0.6 - 0.1 * s,
+                         "vsr_replayed_alpha_mean": 0.6, "vsr_buffer_expert_frac": 0.0,
+                         **{f"vsr_alpha_b{k}_{w}": 1.0 for k in range(CURRICULUM_BINS) for w in ("groups", "mixed", "success")}}
+                        if j.method == "vsr_gigpo" else {})} for s in range(4)]
+            rows[-1].update(val)
+            (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        if not (j.method == "vsr_gigpo" and j.seed == 2):  # still training
+            (d / "done.json").write_text(json.dumps({"rc": 0, "fingerprint": j.fingerprint, "wall_s": 1.0,
+                                                    **({"validation": val} if j.method == "base" else {})}))
+    text = write_report(cfg, jobs).read_text()
+    assert "| vsr_gigpo | 2 |" in text and "| gigpo | 3 |" in text
+    assert "arm `vsr_gigpo` (2 seeds)" in text and (tmp_path / "curriculum_sokoban.png").is_file()
