@@ -191,9 +191,9 @@ def _records(cfg: Any, reg: dict, suite: Any) -> list[dict[str, Any]]:
             "in_family": (not is_ref) and meth.name in family, "tokens": tokens,
             "tokens_ratio": tokens / ref_tokens if ref_tokens else float("nan"),
             "instances": float(np.mean([s["instances"] for s in seeds.values()])),
-            "mixed_fresh": _mean([s for s in seeds.values()], "mixed_fresh"),
+            "mixed_fresh": _mean(list(seeds.values()), "mixed_fresh"),
             "mixed_prefix": float(np.mean(mp)) if mp else float("nan"),
-            "reward": float(np.nanmean([s["reward"] for s in seeds.values()])), "step_s": step_s, "plugin_s": plug_s,
+            "reward": _mean(list(seeds.values()), "reward"), "step_s": step_s, "plugin_s": plug_s,
             "plugin_overhead_s": plug_s - ref_plugin, "step_ratio": step_s / ref_step if ref_step else float("nan"),
             "wall_s": float(np.sum([s["wall_s"] or 0.0 for s in seeds.values()])),
         })
@@ -388,6 +388,9 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
     if own and not cfg.quick:
         sizes += "; " + "; ".join(f"regime `{r}`: {o['steps']} updates, seeds 0..{o['seeds'] - 1}, evaluated every "
                                   f"{o['eval_every']} updates" for r, o in own.items())
+    batch = {r: _protocol([j for j in jobs if j.regime == r]).get("prompts_per_step") for r in summary}
+    if len(set(batch.values())) > 1:  # regimes train on different batches: say each
+        proto = {**proto, "prompts_per_step": ", ".join(f"{b} (`{r}`)" for r, b in batch.items())}
     lines = [
         f"# Comparison report: suite `{cfg.suite}`",
         "",
