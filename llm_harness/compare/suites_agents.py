@@ -61,7 +61,11 @@ The suite's default sizes are the powered design; it is run over two sessions in
 (jobs are resumable and ``--methods`` picks a subset), each part ≤ 2 h: ``vsr compare --suite agents
 --methods gigpo vsr_gigpo`` (13 · 2 · 464 + 13 · 32 s ≈ 1.7 h), then ``--methods vsr_uniform
 static_reset`` (≈ 1.7 h), then ``--methods vsr_norecency`` (≈ 0.8 h), then ``--report-only``, whose
-Holm correction covers all four contrasts.
+Holm correction covers all four contrasts. Measured for part 1 (2026-12-02, 2 quiet cores): 2 h 10 min for the 39
+jobs, 8-12 min per 20-update run two at a time (GiGPO 29 s per update, VSR + GiGPO 22 s: replayed episodes are
+shorter), so the remaining Sokoban parts take about 2 h 15 min and 1 h 5 min. Its result: the paired sd of the
+VSR-vs-GiGPO difference is 1.9 pp, far below the 4.5 pp assumed above, so 13 seeds give power 1.00 at 5 pp
+(``figures/compare_agents``).
 
 **BabyAI sizing** (:data:`BABYAI_SIZES`, the regime's own ``Regime.sizes``: 8 seeds, 10 updates, evaluated at
 updates 5 and 10; the held-out protocol stays the suite's 128 seeds x 2 episodes). One BabyAI update (4 initial
