@@ -332,6 +332,12 @@ def run(cfg: CompareConfig) -> int:
                 print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
             bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
     wall = time.perf_counter() - t0
-    path = write_report(cfg, jobs, train_wall_s=wall if todo else None)
+    current = [j for j in jobs if _done(j)]  # a done.json from another config (stale) is not this suite's result
+    stale = [j for j in jobs if (Path(j.run_dir) / "done.json").is_file() and j not in current]
+    if stale:
+        print(f"vsr compare: {len(stale)} run(s) finished with another config are left out of the report "
+              f"(e.g. {stale[0].regime}/{stale[0].method}/seed{stale[0].seed}); rerun without --report-only to redo them",
+              flush=True)
+    path = write_report(cfg, current, train_wall_s=wall if todo else None)
     print(f"report: {path}", flush=True)
     return 1 if failures else 0

@@ -243,3 +243,22 @@ def test_a_finished_run_stays_done_when_a_field_is_added_at_its_default_but_not_
     assert not _done(job)
     (d / "done.json").write_text(json.dumps({"fingerprint": "stale", "rc": 0}))
     assert not _done(job)  # nothing to compare with
+
+
+def test_report_only_leaves_out_runs_finished_with_another_config(tmp_path, capsys):
+    """A ``done.json`` whose config differs from the job's (a stale run in the same folder) is not this
+    suite's result: ``--report-only`` says so and summarises the current runs only."""
+    cfg = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("normal",), report_only=True)
+    jobs = plan_jobs(cfg)
+    for j in jobs:
+        _fake_run(j, 0.4 + 0.1 * j.seed, 100.0)
+    stale = next(j for j in jobs if j.method == "vsr" and j.seed == 1)
+    info = json.loads((Path(stale.run_dir) / "done.json").read_text())
+    changed = stale.resolved()
+    changed["optim"]["lr"] = 1.0  # trained with another learning rate
+    (Path(stale.run_dir) / "done.json").write_text(json.dumps({**info, "fingerprint": "stale", "config": changed}))
+    assert run(cfg) == 0
+    assert "1 run(s) finished with another config are left out of the report (e.g. normal/vsr/seed1)" in capsys.readouterr().out
+    d = json.loads((tmp_path / "summary.json").read_text())
+    by = {m["name"]: m for m in d["methods"]}
+    assert by["vsr"]["n_seeds"] == 1 and by["grpo"]["n_seeds"] == 2
