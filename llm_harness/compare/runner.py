@@ -16,7 +16,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,8 @@ class CompareConfig:
     """Where jobs run (``llm_harness.compare.executors.EXECUTORS``): ``process`` (a local process pool) or
     ``ray`` (one Ray task per job; ``RAY_ADDRESS`` picks a cluster)."""
     methods: tuple[str, ...] = ()
-    """Only these methods (default: all of the suite)."""
+    """Train only these methods (default: all of the suite); the report covers every finished run of the
+    suite's methods in the chosen regimes, so a suite run in parts keeps one report."""
     regimes: tuple[str, ...] = ()
     """Only these regimes (default: all)."""
     report_only: bool = False
@@ -332,8 +333,9 @@ def run(cfg: CompareConfig) -> int:
                 print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
             bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
     wall = time.perf_counter() - t0
-    current = [j for j in jobs if _done(j)]  # a done.json from another config (stale) is not this suite's result
-    stale = [j for j in jobs if (Path(j.run_dir) / "done.json").is_file() and j not in current]
+    planned = plan_jobs(replace(cfg, methods=())) if cfg.methods else jobs  # earlier parts' runs stay in the report
+    current = [j for j in planned if _done(j)]  # a done.json from another config (stale) is not this suite's result
+    stale = [j for j in planned if (Path(j.run_dir) / "done.json").is_file() and j not in current]
     if stale:
         print(f"vsr compare: {len(stale)} run(s) finished with another config are left out of the report "
               f"(e.g. {stale[0].regime}/{stale[0].method}/seed{stale[0].seed}); rerun without --report-only to redo them",

@@ -262,3 +262,17 @@ def test_report_only_leaves_out_runs_finished_with_another_config(tmp_path, caps
     d = json.loads((tmp_path / "summary.json").read_text())
     by = {m["name"]: m for m in d["methods"]}
     assert by["vsr"]["n_seeds"] == 1 and by["grpo"]["n_seeds"] == 2
+
+
+def test_a_part_run_with_methods_keeps_the_earlier_parts_in_the_report(tmp_path):
+    """``--methods`` picks what to train; the report still covers the suite's other finished runs, so a
+    suite run in parts (agents: gigpo + vsr_gigpo, then the ablations) keeps one report with its contrasts."""
+    everything = plan_jobs(CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr", "dapo"), regimes=("normal",)))
+    for j in everything:
+        if j.method in ("base", "grpo", "vsr"):  # part 1, finished earlier
+            _fake_run(j, 0.4 + 0.1 * j.seed, 100.0)
+    part2 = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("dapo",), regimes=("normal",), report_only=True)
+    assert {j.method for j in plan_jobs(part2)} == {"base", "dapo"}
+    assert run(part2) == 0
+    names = {m["name"] for m in json.loads((tmp_path / "summary.json").read_text())["methods"]}
+    assert {"grpo", "vsr"} <= names and "dapo" not in names  # dapo has not run
