@@ -66,15 +66,11 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
-def finished_ok(job: Any) -> bool:
-    """True when the job's ``done.json`` exists and records exit status 0 (the runs the report summarises)."""
-    p = Path(job.run_dir) / "done.json"
-    if not p.is_file():
-        return False
-    try:
-        return json.loads(p.read_text()).get("rc") == 0
-    except (OSError, ValueError):
-        return False
+def mixed_key(rows: Sequence[dict], origin: str = "fresh") -> str:
+    """The metric of a run's mixed-group fraction for ``origin``: agents log ``success_mixed_frac_*`` (a group
+    whose episodes' successes differ; their returns almost always do), single-turn runs ``mixed_frac_*``."""
+    agent = any("success_mixed_frac_fresh" in r for r in rows)
+    return f"{'success_' if agent else ''}mixed_frac_{origin}"
 
 
 def last_row_value(rows: list[dict], key: str) -> float:
@@ -124,15 +120,12 @@ def summarise(cfg: Any, jobs: Sequence[Any]) -> dict[str, Any]:
         if not rows or info.get("rc") != 0:
             continue
         evals = [(r["step"] + 1, r[avg_key], r.get(pass_key)) for r in rows if avg_key in r]
-        agent = any("success_mixed_frac_fresh" in r for r in rows)
         last = evals[-1] if evals else (None, float("nan"), float("nan"))
         m = reg["methods"].setdefault(j.method, {"seeds": {}})
         m["seeds"][j.seed] = {
             "avg": last[1], "pass": last[2], "curve": evals, "wall_s": info.get("wall_s"),
             "tokens": _mean(rows, "gen_new_tokens"), "instances": _mean(rows, "prompt_instances"),
-            # agents: a group is mixed when its episodes' successes differ (their returns almost always do)
-            "mixed_fresh": _mean(rows, "success_mixed_frac_fresh" if agent else "mixed_frac_fresh"),
-            "mixed_prefix": _mean(rows, "success_mixed_frac_replayed_prefix" if agent else "mixed_frac_replayed_prefix"),
+            "mixed_fresh": _mean(rows, mixed_key(rows)), "mixed_prefix": _mean(rows, mixed_key(rows, "replayed_prefix")),
             "mixed_guided": _mean(rows, "mixed_frac_guided"), "step_s": _mean(rows, "time_step_s"),
             "plugin_s": _mean(rows, "time_plugins_s"), "trained_samples": _mean(rows, "trained_samples"),
             "replayed_groups": _mean(rows, "groups_replayed"), "reward": _mean(rows, "reward_mean"),
@@ -370,7 +363,8 @@ def _contract(cfg: Any, suite: Any, records_all: dict[str, list[dict[str, Any]]]
 
 
 def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = None) -> Path:
-    """Write ``report.md``, ``summary.json`` and the figures into ``cfg.report_dir``; returns the report path."""
+    """Write ``report.md``, ``summary.json`` and the figures into ``cfg.report_dir`` from ``jobs``, the finished
+    runs (:func:`llm_harness.compare.runner.run` passes those whose ``done.json`` matches); returns the report path."""
     import torch
 
     suite = SUITES[cfg.suite]
@@ -451,9 +445,8 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
     lines.append("")
     import llm_harness.compare.sections  # noqa: F401  (registers the built-in sections)
 
-    finished = [j for j in jobs if finished_ok(j)]  # a run still training (its metrics.jsonl half-written) is not shown
     for name in suite.sections:
-        lines += SECTIONS.lookup(name, "report section")(cfg, finished, summary, suite, out)
+        lines += SECTIONS.lookup(name, "report section")(cfg, jobs, summary, suite, out)
     figs = _figures(out, summary, suite) if any(v["methods"] for v in summary.values()) else []
     for f in figs:
         lines.append(f"![{f}]({f})")

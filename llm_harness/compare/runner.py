@@ -172,18 +172,20 @@ def plan_jobs(cfg: CompareConfig) -> list[Job]:
     pool = str(cfg.pool_path) if cfg.pool_path is not None else ""
     root = cfg.runs_root
 
+    sizes = {r.name: cfg.sizes_for(r.name) for r in regimes}
+
     def kw(r: Regime) -> dict[str, Any]:
-        z = cfg.sizes_for(r.name)
+        z = sizes[r.name]
         return dict(steps=z["steps"], eval_problems=z["eval_problems"], eval_k=z["eval_k"], eval_every=z["eval_every"], pool=pool)
 
     jobs: list[Job] = []
     for r in regimes:
-        for seed in range(cfg.sizes_for(r.name)["seeds"]):
+        for seed in range(sizes[r.name]["seeds"]):
             d = root / r.name / "base" / f"seed{seed}"
             jobs.append(Job(r.name, "base", seed, str(d), run_mapping(base_method, r, seed=seed, run_dir=str(d), **kw(r))))
     for r in regimes:
         for m in methods:
-            for seed in range(cfg.sizes_for(r.name)["seeds"]):
+            for seed in range(sizes[r.name]["seeds"]):
                 d = root / r.name / m.name / f"seed{seed}"
                 jobs.append(Job(r.name, m.name, seed, str(d), run_mapping(m, r, seed=seed, run_dir=str(d), **kw(r))))
     return jobs
@@ -334,8 +336,12 @@ def run(cfg: CompareConfig) -> int:
             bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
     wall = time.perf_counter() - t0
     planned = plan_jobs(replace(cfg, methods=())) if cfg.methods else jobs  # earlier parts' runs stay in the report
-    current = [j for j in planned if _done(j)]  # a done.json from another config (stale) is not this suite's result
-    stale = [j for j in planned if (Path(j.run_dir) / "done.json").is_file() and j not in current]
+    current, stale = [], []  # finished runs of this config; done.json files from another config (not this suite's result)
+    for j in planned:
+        if _done(j):
+            current.append(j)
+        elif (Path(j.run_dir) / "done.json").is_file():
+            stale.append(j)
     if stale:
         print(f"vsr compare: {len(stale)} run(s) finished with another config are left out of the report "
               f"(e.g. {stale[0].regime}/{stale[0].method}/seed{stale[0].seed}); rerun without --report-only to redo them",

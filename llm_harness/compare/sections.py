@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _mean, _rows, moving_mean, register_section, seed_interval
+from llm_harness.compare.report import _mean, _rows, mixed_key, moving_mean, register_section, seed_interval
 from llm_harness.methods.vsr import CURRICULUM_BINS
 from vsr.atomic import save_figure
 
@@ -78,12 +78,9 @@ def curriculum_data(run_dirs: Sequence[Path], steps: int) -> dict[str, Any]:
             m = np.array([[r.get(f"vsr_alpha_b{k}_mixed", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
             s = np.array([[r.get(f"vsr_alpha_b{k}_success", 0.0) for k in range(CURRICULUM_BINS)] for r in rs]).sum(0)
             per.append({"groups": g, "mixed": m, "success": s})
-        # agents: a group is mixed when its episodes' *successes* differ (returns almost always differ)
-        mixed_key = "success_mixed_frac_fresh" if "success_mixed_frac_fresh" in rows[0] else "mixed_frac_fresh"
-        series = {key: [r.get(src, float("nan")) for r in rows]
-                  for key, src in (("mixed_frac_fresh", mixed_key), ("vsr_buffer_expert_frac", "vsr_buffer_expert_frac"),
-                                   ("vsr_buffer_trajectories", "vsr_buffer_trajectories"),
-                                   ("vsr_replayed_alpha_mean", "vsr_replayed_alpha_mean"))}
+        series = {key: [r.get(key, float("nan")) for r in rows]
+                  for key in ("vsr_buffer_expert_frac", "vsr_buffer_trajectories", "vsr_replayed_alpha_mean")}
+        series["mixed_frac_fresh"] = [r.get(mixed_key(rows), float("nan")) for r in rows]
         seeds.append({"windows": per, "series": series})
     return {"windows": wins, "seeds": seeds}
 
@@ -142,8 +139,7 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
                     y = np.nanmean(ys, axis=0)
                 axis.plot(np.arange(len(y)), moving_mean(y, max(1, len(y) // 20)), label=name)
         ref_dirs = [Path(j.run_dir) for j in jobs if j.regime == regime and j.method == suite.reference]
-        ys = [[r.get("success_mixed_frac_fresh", r.get("mixed_frac_fresh", np.nan)) for r in rows]
-              for rows in map(_rows, ref_dirs) if rows]
+        ys = [[r.get(mixed_key(rows), np.nan) for r in rows] for rows in map(_rows, ref_dirs) if rows]
         if ys:
             n = min(len(y) for y in ys)
             y = np.nanmean(np.array([y[:n] for y in ys], dtype=np.float64), axis=0)

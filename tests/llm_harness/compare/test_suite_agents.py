@@ -131,10 +131,11 @@ def test_regimes_carry_their_own_sizes_and_a_flag_overrides_them(tmp_path):
 def test_the_report_shows_finished_runs_only(tmp_path):
     """A run still training (``metrics.jsonl`` written, no ``done.json``) is left out of every section, so
     the accounting's seed counts match the main table's."""
-    from llm_harness.compare.report import write_report
+    from llm_harness.compare.runner import run
     from llm_harness.methods.vsr import CURRICULUM_BINS
 
-    cfg = CompareConfig(suite="agents", out=tmp_path, seeds=3, steps=4, regimes=("sokoban",), methods=("gigpo", "vsr_gigpo"))
+    cfg = CompareConfig(suite="agents", out=tmp_path, seeds=3, steps=4, regimes=("sokoban",), methods=("gigpo", "vsr_gigpo"),
+                        report_only=True)
     jobs = plan_jobs(cfg)
     for j in jobs:
         d = Path(j.run_dir)
@@ -152,6 +153,7 @@ def test_the_report_shows_finished_runs_only(tmp_path):
         if not (j.method == "vsr_gigpo" and j.seed == 2):  # still training
             (d / "done.json").write_text(json.dumps({"rc": 0, "fingerprint": j.fingerprint, "wall_s": 1.0,
                                                     **({"validation": val} if j.method == "base" else {})}))
-    text = write_report(cfg, jobs).read_text()
+    assert run(cfg) == 0
+    text = (tmp_path / "report.md").read_text()
     assert "| vsr_gigpo | 2 |" in text and "| gigpo | 3 |" in text
     assert "arm `vsr_gigpo` (2 seeds)" in text and (tmp_path / "curriculum_sokoban.png").is_file()
