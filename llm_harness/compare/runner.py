@@ -7,10 +7,19 @@ evaluation of the untrained starting checkpoint with the same evaluation seed. J
 ``executor`` (:mod:`.executors`): ``workers`` spawned processes (torch at one thread each), or
 Ray tasks (a local instance, or the cluster at ``RAY_ADDRESS``). The report (:mod:`.report`) is
 written to ``OUT/report.md`` with figures beside it.
+
+**Records.** The run folders are not committed (checkpoints), so a suite run in parts over several
+sessions would lose its earlier parts with the machine. Every finished run therefore also leaves a
+*record* in the report folder, ``OUT/records/<regime>/<method>/seed<k>/`` (``done.json`` and the
+gzipped ``metrics.jsonl``: everything the report reads, a few kB per run); :func:`run` first restores
+the records whose config matches a job into that job's run folder, so a fresh clone resumes a suite
+where its committed records end and ``--report-only`` rebuilds the committed report anywhere. A
+record of another config is never restored (the job reruns and its record is replaced).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import shutil
@@ -22,10 +31,10 @@ from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
 from llm_harness.compare.suite import SUITES, Regime, Suite, run_mapping
-from vsr.atomic import write_json
+from vsr.atomic import atomic_path, write_json
 from vsr.checks import check_number
 
-__all__ = ["CompareConfig", "Job", "plan_jobs", "prepare_pool", "run"]
+__all__ = ["CompareConfig", "Job", "plan_jobs", "prepare_pool", "restore_record", "run", "save_record"]
 
 
 #: sizes of a suite that sets none (``Suite.sizes`` overrides, a flag overrides both)
@@ -43,8 +52,9 @@ class CompareConfig:
     suite: str = "testbed"
     """Registered suite (``llm_harness.compare.suite.SUITES``)."""
     out: Path | None = None
-    """Report folder (report.md, summary.json, figures); default ``figures/compare_<suite>``. Runs go
-    to ``OUT/runs`` when ``--out`` is given, else to ``runs/compare_<suite>/runs``."""
+    """Report folder (report.md, summary.json, figures, the runs' records); default ``figures/compare_<suite>``
+    (``--quick``: ``runs/compare_<suite>_quick``, so a smoke test never touches a suite's committed report or its
+    runs). Runs go to ``OUT/runs`` when ``--out`` is given, else to ``runs/compare_<suite>/runs``."""
     seeds: int | None = None
     """Seeds per (regime, method): 0 .. seeds-1 (default: the suite's)."""
     steps: int | None = None
@@ -69,6 +79,9 @@ class CompareConfig:
     """Do not train; rebuild the report from the runs already in ``out``."""
     quick: bool = False
     """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples (and a tiny prompt pool)."""
+    records: bool = True
+    """Keep every finished run's record (done.json + gzipped metrics) in ``OUT/records`` and restore the matching
+    ones before training, so a suite resumes on a fresh clone; off: train whatever the run folder lacks."""
 
     def __post_init__(self) -> None:
         s = SUITES.lookup(self.suite, "suite")
@@ -87,13 +100,22 @@ class CompareConfig:
 
     @property
     def report_dir(self) -> Path:
-        """Where report.md, summary.json and the figures go."""
-        return Path(self.out) if self.out is not None else Path("figures") / f"compare_{self.suite}"
+        """Where report.md, summary.json, the figures and the runs' records go."""
+        if self.out is not None:
+            return Path(self.out)
+        return Path("runs") / f"compare_{self.suite}_quick" if self.quick else Path("figures") / f"compare_{self.suite}"
 
     @property
     def runs_root(self) -> Path:
         """Where the runs (and the suite's prompt pool) go."""
-        return Path(self.out) / "runs" if self.out is not None else Path("runs") / f"compare_{self.suite}" / "runs"
+        if self.out is not None:
+            return Path(self.out) / "runs"
+        return Path("runs") / f"compare_{self.suite}{'_quick' if self.quick else ''}" / "runs"
+
+    @property
+    def records_root(self) -> Path:
+        """Where the finished runs' records go (module doc, "Records")."""
+        return self.report_dir / "records"
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -164,7 +186,8 @@ class Job:
 
 
 def plan_jobs(cfg: CompareConfig) -> list[Job]:
-    """Every job of the comparison (base evaluations first), with resolved config mappings."""
+    """Every job of the comparison (base evaluations first, then the training runs seed by seed), with resolved
+    config mappings."""
     suite: Suite = SUITES[cfg.suite]
     methods = [m for m in suite.methods if not cfg.methods or m.name in cfg.methods]
     regimes = [r for r in suite.regimes if not cfg.regimes or r.name in cfg.regimes]
@@ -183,9 +206,9 @@ def plan_jobs(cfg: CompareConfig) -> list[Job]:
         for seed in range(sizes[r.name]["seeds"]):
             d = root / r.name / "base" / f"seed{seed}"
             jobs.append(Job(r.name, "base", seed, str(d), run_mapping(base_method, r, seed=seed, run_dir=str(d), **kw(r))))
-    for r in regimes:
-        for m in methods:
-            for seed in range(sizes[r.name]["seeds"]):
+    for r in regimes:  # seed by seed, so that a suite stopped part-way has paired seeds of every method
+        for seed in range(sizes[r.name]["seeds"]):
+            for m in methods:
                 d = root / r.name / m.name / f"seed{seed}"
                 jobs.append(Job(r.name, m.name, seed, str(d), run_mapping(m, r, seed=seed, run_dir=str(d), **kw(r))))
     return jobs
@@ -244,26 +267,78 @@ def compatible(stored: dict[str, Any], current: dict[str, Any]) -> bool:
     return True
 
 
+def _matches(info: dict[str, Any], job: Job, folder: Path) -> bool:
+    """Whether ``done.json`` contents ``info`` (in ``folder``) finish ``job``: the same fingerprint, or (written
+    before a config field was added) the same resolved config up to new fields at their defaults and the same
+    pool bytes."""
+    if info.get("fingerprint") == job.fingerprint:
+        return True
+    stored = info.get("config")
+    if stored is None and (folder / "config.yaml").is_file():
+        from vsr.config_io import read_mapping
+
+        stored = read_mapping(folder / "config.yaml")  # the trainer's resolved config
+    if stored is None or info.get("pool_sha256", job.pool_sha256()) != job.pool_sha256():
+        return False
+    return compatible(stored, job.resolved())
+
+
 def _done(job: Job) -> bool:
-    """A finished ``done.json`` for this job: the same fingerprint, or (written before a config field was
-    added) the same resolved config up to new fields at their defaults and the same pool bytes."""
+    """A finished ``done.json`` for this job (:func:`_matches`)."""
     p = Path(job.run_dir) / "done.json"
     if not p.is_file():
         return False
     try:
-        info = json.loads(p.read_text())
-        if info.get("fingerprint") == job.fingerprint:
-            return True
-        stored = info.get("config")
-        if stored is None and (Path(job.run_dir) / "config.yaml").is_file():
-            from vsr.config_io import read_mapping
-
-            stored = read_mapping(Path(job.run_dir) / "config.yaml")  # the trainer's resolved config
-        if stored is None or info.get("pool_sha256", job.pool_sha256()) != job.pool_sha256():
-            return False
-        return compatible(stored, job.resolved())
+        return _matches(json.loads(p.read_text()), job, p.parent)
     except (OSError, ValueError):
         return False
+
+
+def _record_dir(records_root: Path, job: Job) -> Path:
+    return Path(records_root) / job.regime / job.method / f"seed{job.seed}"
+
+
+def save_record(job: Job, records_root: Path) -> Path:
+    """Keep a finished run's ``done.json`` and gzipped ``metrics.jsonl`` under ``records_root`` (module doc,
+    "Records"); files already holding the same bytes are left alone. Returns the record folder."""
+    src, dest = Path(job.run_dir), _record_dir(records_root, job)
+    done = (src / "done.json").read_bytes()
+    if not (dest / "done.json").is_file() or (dest / "done.json").read_bytes() != done:
+        metrics = src / "metrics.jsonl"
+        gz = dest / "metrics.jsonl.gz"
+        if metrics.is_file():
+            with atomic_path(gz) as tmp:  # mtime 0: the same run gives the same bytes
+                with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as fh:
+                    fh.write(metrics.read_bytes())
+        elif gz.exists():
+            gz.unlink()
+        with atomic_path(dest / "done.json") as tmp:  # last: a record is complete once done.json is there
+            tmp.write_bytes(done)
+    return dest
+
+
+def restore_record(job: Job, records_root: Path) -> bool:
+    """Put a job's record back into its run folder when the job is not finished there and the record's config
+    matches it (:func:`_matches`); returns whether it did. An unfinished run in the folder is replaced."""
+    rec = _record_dir(records_root, job)
+    if _done(job) or not (rec / "done.json").is_file():
+        return False
+    try:
+        info = json.loads((rec / "done.json").read_text())
+    except ValueError as e:
+        raise ValueError(f"{rec / 'done.json'}: not JSON ({e})") from None
+    if not _matches(info, job, rec):
+        return False
+    d = Path(job.run_dir)
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    if (rec / "metrics.jsonl.gz").is_file():
+        with atomic_path(d / "metrics.jsonl") as tmp:
+            tmp.write_bytes(gzip.decompress((rec / "metrics.jsonl.gz").read_bytes()))
+    with atomic_path(d / "done.json") as tmp:
+        tmp.write_bytes((rec / "done.json").read_bytes())
+    return True
 
 
 def _execute(job: Job) -> dict[str, Any]:
@@ -313,9 +388,17 @@ def run(cfg: CompareConfig) -> int:
 
     from llm_harness.compare.report import write_report
 
+    kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.pool_section)
+    if cfg.pool_path is not None and not Path(cfg.pool_path).is_file() and kept_pool.is_file():
+        Path(cfg.pool_path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kept_pool, cfg.pool_path)  # prepare_pool still reselects it if its settings differ
     if not cfg.report_only:
         prepare_pool(cfg)
     jobs = plan_jobs(cfg)
+    planned = plan_jobs(replace(cfg, methods=())) if cfg.methods else jobs  # earlier parts' runs stay in the report
+    restored = sum(restore_record(j, cfg.records_root) for j in planned) if cfg.records else 0
+    if restored:
+        print(f"vsr compare: {restored} finished run(s) restored from {cfg.records_root}", flush=True)
     missing = [j for j in jobs if not _done(j)]
     todo = [] if cfg.report_only else missing
     print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(missing)} already done, "
@@ -333,13 +416,16 @@ def run(cfg: CompareConfig) -> int:
             elif res.get("rc", 1) != 0:
                 failures += 1
                 print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
+            elif cfg.records:
+                save_record(j, cfg.records_root)  # kept as it finishes: a session that ends mid-suite loses nothing
             bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
     wall = time.perf_counter() - t0
-    planned = plan_jobs(replace(cfg, methods=())) if cfg.methods else jobs  # earlier parts' runs stay in the report
     current, stale = [], []  # finished runs of this config; done.json files from another config (not this suite's result)
     for j in planned:
         if _done(j):
             current.append(j)
+            if cfg.records:
+                save_record(j, cfg.records_root)
         elif (Path(j.run_dir) / "done.json").is_file():
             stale.append(j)
     if stale:

@@ -268,4 +268,5 @@ def make_curriculum_figure(out_dir: Any, quick: bool = False) -> int:
     ``curriculum_sparse.png`` is VSR's reverse curriculum on the test bed (issue 13 item 2)."""
     from llm_harness.compare.runner import CompareConfig, run
 
-    return run(CompareConfig(suite="vsr_regime_small", out=Path(out_dir), quick=quick, workers=2))
+    # records off: `make figures` regenerates the figure rather than restoring the committed runs
+    return run(CompareConfig(suite="vsr_regime_small", out=Path(out_dir), quick=quick, workers=2, records=False))

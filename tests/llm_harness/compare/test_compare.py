@@ -276,3 +276,65 @@ def test_a_part_run_with_methods_keeps_the_earlier_parts_in_the_report(tmp_path)
     assert run(part2) == 0
     names = {m["name"] for m in json.loads((tmp_path / "summary.json").read_text())["methods"]}
     assert {"grpo", "vsr"} <= names and "dapo" not in names  # dapo has not run
+
+
+def test_records_rebuild_the_report_after_the_run_folders_are_gone(tmp_path, capsys):
+    """Every finished run leaves a record (done.json + gzipped metrics) in the report folder; on a machine
+    without the run folders (a fresh clone), ``run`` restores them and the report is the same."""
+    import shutil
+
+    cfg = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("normal",), report_only=True)
+    jobs = plan_jobs(cfg)
+    for j in jobs:
+        _fake_run(j, 0.4 + 0.1 * j.seed + (0.02 if j.method == "vsr" else 0.0), 100.0)
+    assert run(cfg) == 0
+    first = json.loads((tmp_path / "summary.json").read_text())
+    rec = tmp_path / "records" / "normal" / "vsr" / "seed1"
+    assert (rec / "done.json").is_file() and (rec / "metrics.jsonl.gz").is_file()
+    assert not (tmp_path / "records" / "normal" / "base" / "seed0" / "metrics.jsonl.gz").exists()
+    vsr1 = next(j for j in jobs if j.method == "vsr" and j.seed == 1)
+    metrics = (Path(vsr1.run_dir) / "metrics.jsonl").read_bytes()
+    shutil.rmtree(tmp_path / "runs")
+    capsys.readouterr()
+    assert run(cfg) == 0
+    assert f"{len(jobs)} finished run(s) restored" in capsys.readouterr().out
+    again = json.loads((tmp_path / "summary.json").read_text())
+    strip = lambda d: {k: v for k, v in d.items() if k not in ("created", "machine")}  # noqa: E731
+    assert strip(again) == strip(first)
+    assert (Path(vsr1.run_dir) / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_replaced(tmp_path):
+    from llm_harness.compare.runner import _done, restore_record, save_record
+
+    cfg = CompareConfig(out=tmp_path, seeds=1, steps=4, methods=("grpo",), regimes=("normal",))
+    job = next(j for j in plan_jobs(cfg) if j.method == "grpo")
+    _fake_run(job, 0.5, 100.0)
+    save_record(job, cfg.records_root)
+    shutil_rm = __import__("shutil").rmtree
+    shutil_rm(job.run_dir)
+    Path(job.run_dir).mkdir(parents=True)
+    (Path(job.run_dir) / "checkpoint_partial").write_text("an interrupted run")
+    assert restore_record(job, cfg.records_root) and _done(job)
+    assert not (Path(job.run_dir) / "checkpoint_partial").exists()
+    assert not restore_record(job, cfg.records_root)  # already finished: nothing to do
+    other = next(j for j in plan_jobs(CompareConfig(out=tmp_path, seeds=1, steps=5, methods=("grpo",), regimes=("normal",)))
+                 if j.method == "grpo")  # 5 steps: another config at the same path
+    assert not _done(other) and not restore_record(other, cfg.records_root)
+    assert json.loads((Path(job.run_dir) / "done.json").read_text())["fingerprint"] == job.fingerprint
+
+
+def test_quick_runs_never_share_a_folder_with_the_suite(tmp_path):
+    full, quick = CompareConfig(suite="agents"), CompareConfig(suite="agents", quick=True)
+    assert full.report_dir == Path("figures/compare_agents") and full.runs_root == Path("runs/compare_agents/runs")
+    assert quick.report_dir == Path("runs/compare_agents_quick") and quick.runs_root == Path("runs/compare_agents_quick/runs")
+    assert full.records_root == Path("figures/compare_agents/records")
+
+
+def test_without_records_nothing_is_kept_or_restored(tmp_path, capsys):
+    cfg = CompareConfig(out=tmp_path, seeds=1, steps=4, methods=("grpo",), regimes=("normal",), report_only=True)
+    for j in plan_jobs(cfg):
+        _fake_run(j, 0.5, 100.0)
+    assert run(CompareConfig(**{**cfg.__dict__, "records": False})) == 0
+    assert not (tmp_path / "records").exists()
+    assert run(cfg) == 0 and (tmp_path / "records" / "normal" / "grpo" / "seed0" / "done.json").is_file()
