@@ -340,6 +340,11 @@ class RunConfig:
     """HF backend: decode over a preallocated KV cache with a plain-tensor Qwen2 step
     (``HFBackendConfig.static_decode``; Qwen2-family models only). Same samples up to float rounding
     (rare near ties can differ); a speed option, so a resume may change it."""
+    micro_batch_rows: int = 0
+    """Rows per forward/backward pass inside a mini-batch (gradient accumulation, rows grouped by length so
+    each pass pads less; 0: the whole mini-batch in one pass). The same update up to float rounding
+    (``losses.chunk_share``); peak memory falls with the pass size (a BabyAI test-bed update of ~500
+    rows x 300 tokens held ~11 GB in one pass). A compute option, so a resume may change it."""
     stop_after: int = 0
     """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
     testing resume."""
@@ -354,6 +359,7 @@ class RunConfig:
             raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         check_number("stop_after", self.stop_after, 0, integer=True)
+        check_number("micro_batch_rows", self.micro_batch_rows, 0, integer=True)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from llm_harness.trainer.checkpoint import (
 )
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.data import ORIGINS, Origin, TrainBatch, build_batch
-from llm_harness.trainer.losses import AGGREGATIONS, OBJECTIVES, clip_fraction_by_origin
+from llm_harness.trainer.losses import AGGREGATIONS, OBJECTIVES, chunk_share, clip_fraction_by_origin
 from llm_harness.trainer.runlog import MetricsWriter
 from llm_harness.trainer.modeling import Codec, sequence_logprobs
 from llm_harness.trainer.plugins import (
@@ -397,6 +397,18 @@ class Trainer:
             tmp.write_bytes(tensors_to_bytes(batch.to_dict(), metadata={"what": what, "step": str(step)}))
         return path
 
+    def _micro_batches(self, batch: TrainBatch, idx: torch.Tensor) -> list[tuple[torch.Tensor, float]]:
+        """``[(rows, share)]``: mini-batch ``idx`` as one pass (share 1), or with ``run.micro_batch_rows`` as chunks
+        of rows of similar length (stable sort, so ties keep the mini-batch's order), each weighted by its share
+        of the mini-batch's loss (``losses.chunk_share``)."""
+        size = self.cfg.run.micro_batch_rows
+        if size <= 0 or len(idx) <= size:
+            return [(idx, 1.0)]
+        lengths = batch.attention_mask[idx].sum(-1)
+        order = idx[torch.sort(lengths, stable=True).indices]
+        full = batch.loss_mask[idx]
+        return [(c, chunk_share(self.cfg.algo.loss_agg, batch.loss_mask[c], full)) for c in torch.split(order, size)]
+
     def _update(self, batch: TrainBatch, step: int, old_lp: torch.Tensor, ref_lp: torch.Tensor | None) -> dict[str, float]:
         a, cfg = self.cfg.algo, self.cfg
         B = batch.size
@@ -413,37 +425,43 @@ class Trainer:
                 for idx in torch.tensor_split(perm, min(a.mini_batches, B)):
                     if len(idx) == 0:
                         continue
-                    mb = batch.rows(idx)
-                    w = mb.loss_mask.shape[1]
-                    mb_old = old_lp[idx, :w]
-                    lp, ent = self._forward(mb, with_entropy=True)
-                    out = self.objective(
-                        lp, mb_old, mb.advantages, mb.loss_mask, algo=a, norm_len=float(cfg.rollout.max_new_tokens),
-                        weights=mb.weights, ref_logprobs=None if ref_lp is None else ref_lp[idx, :w],
-                    )
-                    loss = out.loss
-                    c, t = clip_fraction_by_origin(out.clipped, mb.loss_mask, mb.origin, n_origins)
-                    clip_c += c
-                    clip_t += t
-                    dual_c += float(out.dual_clipped.sum())
-                    if out.kl is not None:
-                        kls.append(float((out.kl.detach() * mb.loss_mask).sum() / mb.loss_mask.sum().clamp_min(1)))
-                    if not torch.isfinite(loss):
-                        p = self._save_bad_batch(mb, step, "loss")
-                        raise NonFiniteLossError(f"non-finite loss {float(loss.detach())} at step {step}; batch saved to {p}")
                     self.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
+                    mb_loss, mb_kl, mb_tokens = 0.0, 0.0, 0.0  # (kl and tokens become tensors: one pass logs as before)
+                    for cidx, share in self._micro_batches(batch, idx):
+                        mb = batch.rows(cidx)
+                        w = mb.loss_mask.shape[1]
+                        lp, ent = self._forward(mb, with_entropy=True)
+                        out = self.objective(
+                            lp, old_lp[cidx, :w], mb.advantages, mb.loss_mask, algo=a,
+                            norm_len=float(cfg.rollout.max_new_tokens), weights=mb.weights,
+                            ref_logprobs=None if ref_lp is None else ref_lp[cidx, :w],
+                        )
+                        loss = out.loss if share == 1.0 else out.loss * share
+                        c, t = clip_fraction_by_origin(out.clipped, mb.loss_mask, mb.origin, n_origins)
+                        clip_c += c
+                        clip_t += t
+                        dual_c += float(out.dual_clipped.sum())
+                        if out.kl is not None:
+                            mb_kl = mb_kl + (out.kl.detach() * mb.loss_mask).sum()
+                            mb_tokens = mb_tokens + mb.loss_mask.sum()
+                        if not torch.isfinite(loss):
+                            p = self._save_bad_batch(mb, step, "loss")
+                            raise NonFiniteLossError(f"non-finite loss {float(loss.detach())} at step {step}; batch saved to {p}")
+                        loss.backward()
+                        mb_loss += float(loss.detach())
+                        if ent is not None:
+                            ent_sum += float((ent * mb.loss_mask).sum())
+                            ent_n += float(mb.loss_mask.sum())
+                    if out.kl is not None:
+                        kls.append(float(mb_kl / mb_tokens.clamp_min(1)))
                     max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
                     gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
                     if not torch.isfinite(gn):
-                        p = self._save_bad_batch(mb, step, "grad_norm")
+                        p = self._save_bad_batch(batch.rows(idx), step, "grad_norm")
                         raise NonFiniteLossError(f"non-finite gradient norm at step {step}; batch saved to {p}")
                     self.optimizer.step()
-                    losses.append(float(loss.detach()))
+                    losses.append(mb_loss)
                     norms.append(float(gn))
-                    if ent is not None:
-                        ent_sum += float((ent * mb.loss_mask).sum())
-                        ent_n += float(mb.loss_mask.sum())
         finally:
             self.model.eval()
         m: dict[str, float] = {

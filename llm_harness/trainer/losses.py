@@ -14,6 +14,10 @@ Aggregations (registry ``AGGREGATIONS``; uniform signature ``agg(l[B, T], mask[B
 * ``seq_mean_token_mean`` — mean over samples of each sample's token mean (GRPO original);
 * ``seq_mean_token_sum_norm`` — Σ l·m / (B · norm_len) (Dr. GRPO: a constant length normaliser).
 
+Each is a sum of per-row terms over a batch-level normaliser, so a batch split into row chunks
+(gradient accumulation, ``run.micro_batch_rows``) gets the same loss as ``Σ_c share_c · agg(chunk c)``;
+:func:`chunk_share` gives ``share_c`` (``AGGREGATION_SHARES``; an aggregation without one cannot be split).
+
 Objectives (registry ``OBJECTIVES``, config ``algo.objective``; one signature
 ``obj(logprobs, old_logprobs, advantages, mask, *, algo, norm_len, weights, ref_logprobs) ->
 PolicyLossOutput``): ``ppo`` (the clipped surrogate above) and ``sft`` (negative log-likelihood,
@@ -37,7 +41,9 @@ __all__ = [
     "AGGREGATIONS",
     "OBJECTIVES",
     "PolicyLossOutput",
+    "AGGREGATION_SHARES",
     "aggregate",
+    "chunk_share",
     "clip_fraction_by_origin",
     "k3_kl",
     "policy_loss",
@@ -73,6 +79,27 @@ def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, norm_len: float
 def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
     """Σ_bt l m / (B · norm_len) (Dr. GRPO: constant normaliser, no length bias)."""
     return (loss * mask).sum() / (loss.shape[0] * float(norm_len))
+
+
+#: aggregation name -> ``share(chunk_mask[b, T], batch_mask[B, T]) -> float``: the weight of a row chunk's
+#: aggregated loss in the whole batch's (module doc)
+AGGREGATION_SHARES: dict[str, Callable[[torch.Tensor, torch.Tensor], float]] = {
+    # Σ l m / max(N, 1) = Σ_c [Σ_c l m / max(N_c, 1)] · max(N_c, 1) / max(N, 1)  (an empty chunk adds 0 either way)
+    "token_mean": lambda c, m: float(c.sum().clamp_min(1.0)) / float(m.sum().clamp_min(1.0)),
+    # mean over rows, and Σ / (B · L): both weigh a chunk by its share of the rows
+    "seq_mean_token_mean": lambda c, m: c.shape[0] / m.shape[0],
+    "seq_mean_token_sum_norm": lambda c, m: c.shape[0] / m.shape[0],
+}
+
+
+def chunk_share(name: str, chunk_mask: torch.Tensor, batch_mask: torch.Tensor) -> float:
+    """Weight of the loss aggregated (``name``) over rows ``chunk_mask`` within the batch ``batch_mask``, so that
+    the weighted chunk losses sum to the batch's loss (module doc); ValueError for an aggregation without one."""
+    fn = AGGREGATION_SHARES.get(name)
+    if fn is None:
+        raise ValueError(f"algo.loss_agg: {name!r} has no chunk share (llm_harness.trainer.losses.AGGREGATION_SHARES), "
+                         "so a mini-batch cannot be split into micro-batches; set run.micro_batch_rows: 0")
+    return fn(chunk_mask.float(), batch_mask.float())
 
 
 def aggregate(name: str, loss: torch.Tensor, mask: torch.Tensor, norm_len: float = 1.0) -> torch.Tensor:

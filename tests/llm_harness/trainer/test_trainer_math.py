@@ -232,3 +232,26 @@ def test_training_forward_gradient_matches_finite_difference_on_tiny_model():
             w[idx] += h
         tol = 8 * np.finfo(np.float32).eps * (abs(float(loss0.detach())) + 1) / h
         np.testing.assert_allclose(float(w.grad[idx]), (up - down) / (2 * h), rtol=1e-3, atol=tol)
+
+
+@given(st.integers(1, 9), st.integers(1, 7), st.integers(0, 2**31 - 1), st.sampled_from(sorted(["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])))
+def test_chunk_shares_recombine_every_aggregation(rows, width, seed, agg):
+    """Σ_c share_c · agg(chunk c) = agg(batch) for any split of the rows (gradient accumulation is exact)."""
+    from llm_harness.trainer.losses import AGGREGATION_SHARES, chunk_share
+
+    assert {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"} <= set(AGGREGATION_SHARES) & set(AGGREGATIONS.names())
+    rng = np.random.default_rng(seed)
+    loss = torch.tensor(rng.normal(size=(rows, width)), dtype=torch.float64)
+    mask = torch.tensor(rng.random((rows, width)) < 0.6, dtype=torch.float64)
+    perm = torch.tensor(rng.permutation(rows))
+    cuts = sorted(rng.choice(np.arange(1, rows), size=min(rows - 1, int(rng.integers(0, rows))), replace=False).tolist()) if rows > 1 else []
+    chunks = torch.tensor_split(perm, cuts)
+    total = sum(chunk_share(agg, mask[c], mask) * aggregate(agg, loss[c], mask[c], 5.0) for c in chunks)
+    assert float(total) == pytest.approx(float(aggregate(agg, loss, mask, 5.0)), rel=1e-12, abs=1e-12)
+
+
+def test_an_aggregation_without_a_chunk_share_cannot_be_split():
+    from llm_harness.trainer.losses import chunk_share
+
+    with pytest.raises(ValueError, match="micro_batch_rows"):
+        chunk_share("no_such_aggregation", torch.ones(2, 3), torch.ones(4, 3))
