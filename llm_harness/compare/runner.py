@@ -177,12 +177,23 @@ class Job:
     @property
     def fingerprint(self) -> str:
         """Hash of the *resolved* run config (a changed default, not only a changed file, reruns the job)
-        and of the prompt-pool file's bytes when the run trains on one."""
-        resolved = self.resolved()
+        and of the prompt-pool file's bytes when the run trains on one; where the run and the pool file lie is
+        left out (:func:`location_free`), so a run's record matches the same job under another ``--out``."""
+        resolved = location_free(self.resolved())
         sha = self.pool_sha256()
         if sha:
             resolved["task"]["pool_sha256"] = sha
         return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def location_free(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A resolved run config without where it lies: ``run.run_dir`` dropped and ``task.pool`` reduced to whether
+    there is one (the pool's bytes enter the fingerprint separately)."""
+    out = json.loads(json.dumps(resolved, default=str))
+    out.get("run", {}).pop("run_dir", None)
+    if "task" in out and "pool" in out["task"]:
+        out["task"]["pool"] = "<pool>" if out["task"]["pool"] else ""
+    return out
 
 
 def plan_jobs(cfg: CompareConfig) -> list[Job]:
@@ -253,10 +264,10 @@ def compatible(stored: dict[str, Any], current: dict[str, Any]) -> bool:
     from llm_harness.trainer.config import TrainConfig
     from vsr.config_io import to_dict
 
-    a, b = _flat(stored), _flat(current)
+    a, b = _flat(location_free(stored)), _flat(location_free(current))
     if set(a) - set(b):
         return False
-    defaults = _flat(to_dict(TrainConfig()))
+    defaults = _flat(location_free(to_dict(TrainConfig())))
     norm = lambda v: json.loads(json.dumps(v, default=str))  # noqa: E731 - tuples vs lists, as written to disk
     for k, v in b.items():
         if k in a:

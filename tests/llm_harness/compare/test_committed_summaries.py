@@ -42,3 +42,31 @@ def test_summary_has_the_contract_fields(path):
     for ref in refs:
         assert ref in names, f"reference {ref} not among the methods"
         assert all(m["delta_vs_grpo"] == 0.0 for m in d["methods"] if m["name"] == ref)
+
+
+RECORDED = sorted(p.parent for p in (ROOT / "figures").glob("compare_*/records") if (p.parent / "summary.json").is_file())
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+def test_committed_records_rebuild_the_committed_summary(folder, tmp_path, monkeypatch):
+    """A suite folder with run records: ``--report-only`` from those records alone (another folder, no run
+    directories) reproduces the committed summary's numbers, i.e. the records are the committed result's runs
+    and still match the suite's current configs."""
+    import shutil
+
+    from llm_harness.compare.runner import CompareConfig, run
+
+    monkeypatch.chdir(ROOT)  # the suites' config paths are relative to the repository
+    committed = json.loads((folder / "summary.json").read_text())
+    shutil.copytree(folder / "records", tmp_path / "records")
+    regimes = tuple(sorted({m["regime"] for m in committed["methods"]}))
+    assert run(CompareConfig(suite=committed["suite"], out=tmp_path, regimes=regimes, report_only=True)) == 0
+    rebuilt = json.loads((tmp_path / "summary.json").read_text())
+    key = lambda m: (m["regime"], m["name"])  # noqa: E731
+    want = {key(m): m for m in committed["methods"]}
+    got = {key(m): m for m in rebuilt["methods"]}
+    assert set(got) == set(want)
+    for k, m in want.items():
+        for f in FIELDS[1:]:
+            a, b = m[f], got[k][f]
+            assert (a is None and b is None) or a == pytest.approx(b, rel=1e-9, abs=1e-12), (k, f)

@@ -302,6 +302,12 @@ def test_records_rebuild_the_report_after_the_run_folders_are_gone(tmp_path, cap
     strip = lambda d: {k: v for k, v in d.items() if k not in ("created", "machine")}  # noqa: E731
     assert strip(again) == strip(first)
     assert (Path(vsr1.run_dir) / "metrics.jsonl").read_bytes() == metrics
+    # the records alone, in another folder: the runs' location is not part of what they computed
+    other = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "records", other / "records")
+    moved = CompareConfig(out=other, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("normal",), report_only=True)
+    assert run(moved) == 0
+    assert strip(json.loads((other / "summary.json").read_text())) == strip(first)
 
 
 def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_replaced(tmp_path):
