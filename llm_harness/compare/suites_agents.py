@@ -65,7 +65,15 @@ Holm correction covers all four contrasts. Measured for part 1 (2026-12-02, 2 qu
 jobs, 8-12 min per 20-update run two at a time (GiGPO 29 s per update, VSR + GiGPO 22 s: replayed episodes are
 shorter), so the remaining Sokoban parts take about 2 h 15 min and 1 h 5 min. Its result: the paired sd of the
 VSR-vs-GiGPO difference is 1.9 pp, far below the 4.5 pp assumed above, so 13 seeds give power 1.00 at 5 pp
-(``figures/compare_agents``).
+(``figures/compare_agents/sokoban_part1``).
+
+**Sokoban design since 2026-12-02: 8 seeds.** Part 1's run folders were lost with its session's machine (before
+``vsr compare`` kept run records in the report folder), so the Sokoban contrasts must be rerun to share one report
+with the ablations. At part 1's measured paired sd (1.9 pp) a 5-point difference needs 4-5 seeds at the Holm-worst
+level α = 0.05/4, so :data:`SUITE_SIZES` now has 8 seeds (the margin covers ablations whose spread may be larger):
+``--methods gigpo vsr_gigpo`` (16 runs, ≈ 1.3 h), then ``--methods vsr_uniform static_reset vsr_norecency``
+(24 runs, ≈ 1.9 h). Runs are deterministic on CPU, so seeds 0-7 of GiGPO and VSR + GiGPO must reproduce part 1's
+per-seed finals (``sokoban_part1/summary.json``) exactly: a check of the rerun.
 
 **BabyAI sizing** (:data:`BABYAI_SIZES`, the regime's own ``Regime.sizes``: 8 seeds, 10 updates, evaluated at
 updates 5 and 10; the held-out protocol stays the suite's 128 seeds x 2 episodes). One BabyAI update (4 initial
@@ -114,9 +122,10 @@ BABYAI_OVERRIDES: dict[str, Any] = {
 #: the BabyAI regime's own seeds and updates (module doc, "BabyAI sizing"): GiGPO and VSR + GiGPO fit one 2-h part
 BABYAI_SIZES: dict[str, int] = {"seeds": 8, "steps": 10}
 
-#: sizes powered for Holm over the four contrasts (module doc, "Sizing"; about 4.2 h on 2 quiet cores):
-#: pass them as ``--seeds``, ``--steps``, ``--eval-problems``, ``--eval-k``
-SUITE_SIZES: dict[str, int] = {"seeds": 13, "steps": 20, "eval_problems": 128, "eval_k": 2}
+#: the Sokoban design (module doc, "Sizing"): 8 seeds give 80 % power at 5 pp after Holm over the four contrasts at
+#: the paired spread part 1 measured (1.9 pp; 4-5 seeds would do), with a margin for the ablations' own spread;
+#: 5 methods x 8 seeds x 20 updates ≈ 3 h on 2 quiet cores, run in two parts
+SUITE_SIZES: dict[str, int] = {"seeds": 8, "steps": 20, "eval_problems": 128, "eval_k": 2}
 #: what fits 2 h on 2 quiet cores (80 % power per contrast at α = 0.05, not after Holm)
 BUDGET_SIZES: dict[str, int] = {"seeds": 9, "steps": 12, "eval_problems": 128, "eval_k": 2}
 
