@@ -400,7 +400,7 @@ def run(cfg: CompareConfig) -> int:
     from llm_harness.compare.report import write_report
 
     kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.pool_section)
-    if cfg.pool_path is not None and not Path(cfg.pool_path).is_file() and kept_pool.is_file():
+    if cfg.records and cfg.pool_path is not None and not Path(cfg.pool_path).is_file() and kept_pool.is_file():
         Path(cfg.pool_path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(kept_pool, cfg.pool_path)  # prepare_pool still reselects it if its settings differ
     if not cfg.report_only:

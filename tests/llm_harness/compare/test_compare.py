@@ -344,3 +344,24 @@ def test_without_records_nothing_is_kept_or_restored(tmp_path, capsys):
     assert run(CompareConfig(**{**cfg.__dict__, "records": False})) == 0
     assert not (tmp_path / "records").exists()
     assert run(cfg) == 0 and (tmp_path / "records" / "normal" / "grpo" / "seed0" / "done.json").is_file()
+
+
+def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
+    """A suite on a prompt pool: the fingerprint hashes the pool's bytes, so restoring records on a fresh clone
+    needs the pool the report was made on (``pool.json`` beside it); it is copied back unless records are off."""
+    from llm_harness.compare.runner import restore_record, save_record
+
+    cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=1, steps=2, methods=("grpo",), report_only=True)
+    cfg.pool_path.parent.mkdir(parents=True)
+    committed_pool = Path(__file__).resolve().parents[3] / "figures" / "compare_vsr_regime" / "pool.json"
+    cfg.pool_path.write_bytes(committed_pool.read_bytes())  # a real pool file: the report's pool section reads it
+    job = next(j for j in plan_jobs(cfg) if j.method == "grpo")
+    _fake_run(job, 0.3, 10.0)
+    save_record(job, cfg.records_root)
+    (tmp_path / "pool.json").write_bytes(cfg.pool_path.read_bytes())
+    __import__("shutil").rmtree(tmp_path / "runs")
+    run(CompareConfig(**{**cfg.__dict__, "records": False}))
+    assert not cfg.pool_path.exists()
+    run(cfg)
+    assert cfg.pool_path.read_bytes() == (tmp_path / "pool.json").read_bytes()
+    assert (Path(job.run_dir) / "done.json").is_file() and not restore_record(job, cfg.records_root)
