@@ -436,7 +436,7 @@ class Trainer:
                             norm_len=float(cfg.rollout.max_new_tokens), weights=mb.weights,
                             ref_logprobs=None if ref_lp is None else ref_lp[cidx, :w],
                         )
-                        loss = out.loss if share == 1.0 else out.loss * share
+                        loss = out.loss * share  # share 1.0 for one pass: x * 1.0 is x, bit for bit
                         c, t = clip_fraction_by_origin(out.clipped, mb.loss_mask, mb.origin, n_origins)
                         clip_c += c
                         clip_t += t

@@ -317,8 +317,9 @@ def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_rep
     job = next(j for j in plan_jobs(cfg) if j.method == "grpo")
     _fake_run(job, 0.5, 100.0)
     save_record(job, cfg.records_root)
-    shutil_rm = __import__("shutil").rmtree
-    shutil_rm(job.run_dir)
+    import shutil
+
+    shutil.rmtree(job.run_dir)
     Path(job.run_dir).mkdir(parents=True)
     (Path(job.run_dir) / "checkpoint_partial").write_text("an interrupted run")
     assert restore_record(job, cfg.records_root) and _done(job)
@@ -359,7 +360,9 @@ def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     _fake_run(job, 0.3, 10.0)
     save_record(job, cfg.records_root)
     (tmp_path / "pool.json").write_bytes(cfg.pool_path.read_bytes())
-    __import__("shutil").rmtree(tmp_path / "runs")
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
     run(CompareConfig(**{**cfg.__dict__, "records": False}))
     assert not cfg.pool_path.exists()
     run(cfg)
