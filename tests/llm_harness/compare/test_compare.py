@@ -187,6 +187,17 @@ def test_calibration_and_curriculum_sections_from_run_logs(tmp_path):
     assert "the frontier moves toward the prompt (smaller α)" in text and (tmp_path / "curriculum_sparse.png").is_file()
 
 
+def test_replayed_mixed_share_skips_windows_without_replayed_groups():
+    from llm_harness.compare.sections import replayed_mixed_shares
+
+    empty = {"groups": np.zeros(5), "mixed": np.zeros(5)}
+    half = {"groups": np.array([0, 2.0, 2.0, 0, 0]), "mixed": np.array([0, 1.0, 1.0, 0, 0])}
+    full = {"groups": np.array([1.0, 0, 0, 0, 0]), "mixed": np.array([1.0, 0, 0, 0, 0])}
+    shares = replayed_mixed_shares([{"windows": [empty, half]}, {"windows": [full, empty]}])
+    assert shares == [0.5, 1.0]  # counting the empty windows as 0 % would give a mean of 0.375, not 0.75
+    assert replayed_mixed_shares([{"windows": [empty]}]) == []
+
+
 def test_assumptions_section_names_the_first_broken_link(tmp_path):
     from llm_harness.compare.sections import assumptions_section
 
