@@ -14,7 +14,9 @@ sessions would lose its earlier parts with the machine. Every finished run there
 gzipped ``metrics.jsonl``: everything the report reads, a few kB per run); :func:`run` first restores
 the records whose config matches a job into that job's run folder, so a fresh clone resumes a suite
 where its committed records end and ``--report-only`` rebuilds the committed report anywhere. A
-record of another config is never restored (the job reruns and its record is replaced).
+record of another config is never restored (the job reruns and its record is replaced). Suites that
+share arms (``Suite.shares_records_with``: the per-table Replay and ExTra suites share their GRPO and
+default runs) also restore each other's matching records, and keep a copy in their own folder.
 """
 
 from __future__ import annotations
@@ -116,6 +118,12 @@ class CompareConfig:
     def records_root(self) -> Path:
         """Where the finished runs' records go (module doc, "Records")."""
         return self.report_dir / "records"
+
+    @property
+    def shared_records_roots(self) -> list[Path]:
+        """The record folders of the suites this one shares runs with (``Suite.shares_records_with``), beside this
+        suite's report folder: ``<report dir>/../compare_<sibling>/records``."""
+        return [self.report_dir.parent / f"compare_{name}" / "records" for name in SUITES[self.suite].shares_records_with]
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -400,6 +408,9 @@ def run(cfg: CompareConfig) -> int:
     from llm_harness.compare.report import write_report
 
     kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.pool_section)
+    if cfg.records and not kept_pool.is_file():  # a new suite's first part: a sibling's kept pool (same bytes, or reselected)
+        kept_pool = next((r.parent / "pool.json" for r in cfg.shared_records_roots if (r.parent / "pool.json").is_file()),
+                         kept_pool)
     if cfg.records and cfg.pool_path is not None and not Path(cfg.pool_path).is_file() and kept_pool.is_file():
         Path(cfg.pool_path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(kept_pool, cfg.pool_path)  # prepare_pool still reselects it if its settings differ
@@ -407,9 +418,13 @@ def run(cfg: CompareConfig) -> int:
         prepare_pool(cfg)
     jobs = plan_jobs(cfg)
     planned = plan_jobs(replace(cfg, methods=())) if cfg.methods else jobs  # earlier parts' runs stay in the report
-    restored = sum(restore_record(j, cfg.records_root) for j in planned) if cfg.records else 0
-    if restored:
-        print(f"vsr compare: {restored} finished run(s) restored from {cfg.records_root}", flush=True)
+    restored: dict[Path, int] = {}
+    for j in planned if cfg.records else ():
+        root = next((r for r in (cfg.records_root, *cfg.shared_records_roots) if restore_record(j, r)), None)
+        if root is not None:
+            restored[root] = restored.get(root, 0) + 1
+    for root, n in restored.items():
+        print(f"vsr compare: {n} finished run(s) restored from {root}", flush=True)
     missing = [j for j in jobs if not _done(j)]
     todo = [] if cfg.report_only else missing
     print(f"vsr compare --suite {cfg.suite}: {len(jobs)} jobs, {len(jobs) - len(missing)} already done, "

@@ -102,6 +102,10 @@ class Suite:
     """The difference (absolute, avg@1) the suite is sized to detect; the report gives its power."""
     sections: tuple[str, ...] = ()
     """Extra report sections (``llm_harness.compare.report.SECTIONS``)."""
+    shares_records_with: tuple[str, ...] = ()
+    """Suites whose run records (beside this suite's report folder, ``compare_<name>/records``) may finish this
+    suite's jobs: a job restores a sibling's record only when the fingerprints match (the same resolved config and
+    pool bytes), so the same GRPO run is not trained once per table."""
 
     def family(self) -> tuple[str, ...]:
         """The Holm family: :attr:`contrasts`, or every method but the reference."""

@@ -342,6 +342,37 @@ def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_rep
     assert json.loads((Path(job.run_dir) / "done.json").read_text())["fingerprint"] == job.fingerprint
 
 
+def test_suites_that_share_arms_restore_each_others_records(tmp_path, capsys):
+    """extra_signal's GRPO, ExTra (full) and base runs are extra_gamma's (same resolved config, same pool): they are
+    restored from the sibling's records, its kept pool is reused, and a copy lands in extra_signal's own records."""
+    committed_pool = Path(__file__).resolve().parents[3] / "figures" / "compare_extra" / "pool.json"
+    gamma = CompareConfig(suite="extra_gamma", out=tmp_path / "compare_extra_gamma", seeds=1, steps=2,
+                          eval_k=8, methods=("grpo", "extra_full"), report_only=True)
+    gamma.pool_path.parent.mkdir(parents=True)
+    gamma.pool_path.write_bytes(committed_pool.read_bytes())
+    (gamma.report_dir / "pool.json").write_bytes(committed_pool.read_bytes())
+    shared = [j for j in plan_jobs(gamma) if j.method in ("base", "grpo", "extra_full")]
+    for j in shared:
+        _fake_run(j, 0.3, 10.0)
+    assert run(gamma) == 0
+    signal = CompareConfig(suite="extra_signal", out=tmp_path / "compare_extra_signal", seeds=1, steps=2, eval_k=8,
+                           report_only=True)
+    assert signal.shared_records_roots[0].parent.name == "compare_extra"  # absent here: skipped
+    capsys.readouterr()
+    assert run(signal) == 0
+    out = capsys.readouterr().out
+    assert f"3 finished run(s) restored from {gamma.records_root}" in out
+    assert signal.pool_path.read_bytes() == committed_pool.read_bytes()
+    by = {j.method: j for j in plan_jobs(signal)}
+    assert {m for m, j in by.items() if (Path(j.run_dir) / "done.json").is_file()} == {"base", "grpo", "extra_full"}
+    assert (signal.records_root / "recurring" / "grpo" / "seed0" / "done.json").is_file()
+    # another config (3 steps) matches no sibling record: nothing is restored
+    capsys.readouterr()
+    assert run(CompareConfig(suite="extra_signal", out=tmp_path / "compare_extra_signal", seeds=1, steps=3, eval_k=8,
+                             report_only=True)) == 0
+    assert "restored" not in capsys.readouterr().out
+
+
 def test_quick_runs_never_share_a_folder_with_the_suite(tmp_path):
     full, quick = CompareConfig(suite="agents"), CompareConfig(suite="agents", quick=True)
     assert full.report_dir == Path("figures/compare_agents") and full.runs_root == Path("runs/compare_agents/runs")
