@@ -102,10 +102,19 @@ class Suite:
     """The difference (absolute, avg@1) the suite is sized to detect; the report gives its power."""
     sections: tuple[str, ...] = ()
     """Extra report sections (``llm_harness.compare.report.SECTIONS``)."""
+    ablations: tuple[tuple[str, str], ...] = ()
+    """``(method, ablation)`` pairs contrasted with each other, paired by seed, with their own Holm family per
+    regime (section ``ablations``): does the component the ablation removes matter?"""
     shares_records_with: tuple[str, ...] = ()
     """Suites whose run records (beside this suite's report folder, ``compare_<name>/records``) may finish this
     suite's jobs: a job restores a sibling's record only when the fingerprints match (the same resolved config and
     pool bytes), so the same GRPO run is not trained once per table."""
+
+    def __post_init__(self) -> None:
+        names = {m.name for m in self.methods}
+        bad = sorted({n for pair in self.ablations for n in pair} - names)
+        if bad:
+            raise ValueError(f"suite {self.name!r}: ablations name methods it does not have: {bad}")
 
     def family(self) -> tuple[str, ...]:
         """The Holm family: :attr:`contrasts`, or every method but the reference."""

@@ -141,7 +141,8 @@ register_suite(
         reference="gigpo",
         sizes=SUITE_SIZES,
         min_effect=0.05,
-        sections=("agent_accounting", "curriculum"),
+        ablations=(("vsr_gigpo", "vsr_uniform"), ("vsr_gigpo", "vsr_norecency"), ("vsr_gigpo", "static_reset")),
+        sections=("agent_accounting", "ablations", "curriculum"),
     )
 )
 

@@ -410,3 +410,32 @@ def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     run(cfg)
     assert cfg.pool_path.read_bytes() == (tmp_path / "pool.json").read_bytes()
     assert (Path(job.run_dir) / "done.json").is_file() and not restore_record(job, cfg.records_root)
+
+
+def test_ablation_rows_pair_by_common_seeds_with_holm_per_regime():
+    from types import SimpleNamespace
+
+    from llm_harness.compare.sections import ablation_rows
+
+    suite = SimpleNamespace(ablations=(("vsr", "uniform"), ("vsr", "frozen"), ("vsr", "absent")))
+    seeds = lambda vals: {k: {"avg": v} for k, v in enumerate(vals)}  # noqa: E731
+    summary = {"r": {"base": {}, "methods": {
+        "vsr": {"seeds": seeds([0.30, 0.32, 0.28, 0.31])},
+        "uniform": {"seeds": seeds([0.25, 0.26, 0.24])},  # seed 3 unfinished: paired over 0-2
+        "frozen": {"seeds": seeds([0.30, 0.33, 0.27, 0.31])}}}}
+    rows = ablation_rows(summary, suite, 0.05)["r"]
+    assert [(r["method"], r["ablation"]) for r in rows] == [("vsr", "uniform"), ("vsr", "frozen")]  # "absent" never ran
+    u, f = rows
+    assert u["contrast"].n == 3 and u["contrast"].mean == pytest.approx(0.05)
+    assert f["contrast"].n == 4 and f["contrast"].mean == pytest.approx(0.0)
+    ps = sorted([u["contrast"].p, f["contrast"].p])
+    assert u["p_holm"] == pytest.approx(min(1.0, 2 * ps[0])) and u["p_holm"] < 0.05  # Holm over the regime's 2 pairs
+    assert 0.0 <= u["power"] <= 1.0 and u["seeds_for_80"] >= 2
+
+
+def test_a_suite_rejects_ablations_of_unknown_methods():
+    from llm_harness.compare.suite import Method, Regime, Suite
+
+    with pytest.raises(ValueError, match="ablations name methods it does not have: \\['nope'\\]"):
+        Suite(name="x", methods=(Method("grpo", "grpo.yaml", "GRPO"),), regimes=(Regime("r", "r"),),
+              ablations=(("grpo", "nope"),))
