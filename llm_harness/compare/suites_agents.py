@@ -83,7 +83,14 @@ dominates. A run is then ~10 · 75 + 2 · 80 ≈ 910 s; GiGPO and VSR + GiGPO ov
 evaluations ≈ 8 · (2 · 910 + 80) ≈ 15 200 core-s ≈ 2.1 h on 2 cores (``vsr compare --suite agents --regimes babyai
 --methods gigpo vsr_gigpo``); each ablation adds ≈ 1 h. Power on BabyAI is unknown before the runs (GiGPO moved
 held-out success 0.07 → 0.26 in 10 updates, so between-run training noise may dominate); the report prints
-the power at the spread it measures.
+the power at the spread it measures. Measured (2026-12-02, 2 quiet cores): GiGPO + VSR + GiGPO 1 h 40 min, the two
+ablations ``vsr_uniform vsr_norecency`` 1 h 33 min (8-16 min per run, two at a time); the paired sd was 4.4-8.3 pp,
+so 11-32 seeds would give 80 % at 5 pp after Holm (the report's power tables).
+
+**Ablations** (:attr:`Suite.ablations`, report section ``ablations``): VSR + GiGPO against each of
+``vsr_uniform``, ``vsr_norecency`` and ``static_reset``, paired by seed, Holm within each regime -- the direct
+test of "does scoring / recency / a policy-filled buffer matter" (the main table contrasts every arm with GiGPO).
+
 Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
 30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
 10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
