@@ -70,7 +70,8 @@ def save_figure(fig, out_dir: str | os.PathLike, stem: str, *, dpi: int = 120) -
     for ext in ("png", "pdf"):
         path = Path(out_dir) / f"{stem}.{ext}"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=dpi)
+            # no creation date in the PDF: the same figure gives the same bytes (a rebuilt report leaves no diff)
+            fig.savefig(tmp, format=ext, dpi=dpi, metadata={"CreationDate": None} if ext == "pdf" else None)
         paths.append(path)
     plt.close(fig)
     return paths

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,12 @@ def test_save_figure_writes_png_and_pdf_and_closes(tmp_path):
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[1].read_bytes()[:5] == b"%PDF-"
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["curve.pdf", "curve.png"]  # no temp files left
     assert not plt.fignum_exists(fig.number)
+    first = [p.read_bytes() for p in paths]
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    time.sleep(1.1)  # a PDF creation date would differ by now
+    again = atomic.save_figure(fig, tmp_path / "sub", "curve", dpi=50)
+    assert [p.read_bytes() for p in again] == first  # the same figure, the same bytes: a rebuilt report leaves no diff
 
 
 def test_every_command_resolves_to_a_dataclass_entry_point():
