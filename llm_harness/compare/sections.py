@@ -280,6 +280,9 @@ def ablations_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, 
              "level.", ""]
     for regime, rows in tables.items():
         lines += [f"### {regime}", "",
+                  f"Holm family: the {len(rows)} pair(s) with finished runs, of {len(suite.ablations)} planned"
+                  + (" (an unfinished pair joins the family when it finishes, which raises the adjusted p-values)."
+                     if len(rows) < len(suite.ablations) else "."), "",
                   "| method | ablation | seeds | Δ avg@1 (pp) [95% CI] | p (Holm) | verdict | sd of paired Δ (pp) | power | "
                   "seeds for 80 % |", "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
