@@ -39,7 +39,9 @@ Departures (stated, not hidden): each trainer draws its own prompts in its own s
 standard errors, not pairwise; our trainer drops zero-variance groups before the update (TRL
 back-propagates their zero advantages), which is part of the speed difference — the
 ``ours_no_filter`` contender keeps them; ``ours_static`` is ours with the HF backend's opt-in
-static-KV-cache decode step (same samples; the ``ours/ours_static`` ratio is its measured speedup).
+static-KV-cache decode step (same samples; the ``ours/ours_static`` ratio is its measured speedup);
+``ours_fast`` adds ``run.micro_batch_rows`` (the loss pass in chunks of rows of similar length, each padded
+to its own longest row; the same loss up to float rounding, ``losses.chunk_share``).
 TRL runs on CPU without vLLM, in float32 like ours (``bf16=False``: TRL's default is bf16 autocast
 even on CPU, which on a CPU without bf16 GEMMs made its training pass ~11x ours in the committed
 2026-12-01 run; the script refuses to time TRL under any mixed precision). Needs ``pip install trl``
@@ -78,10 +80,12 @@ CONTENDERS = {
     "ours": "this trainer (defaults)",
     "ours_no_filter": "this trainer, zero-variance groups kept (as TRL)",
     "ours_static": "this trainer with run.static_decode (llm_harness/backends/static_decode.py)",
+    "ours_fast": "this trainer with run.static_decode and run.micro_batch_rows (fast_micro_batch_rows)",
     "trl": "TRL GRPOTrainer",
 }
 #: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
-RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("ours", "ours_static"))
+RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("trl", "ours_fast"),
+          ("ours", "ours_static"), ("ours", "ours_fast"))
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ class TrlBenchConfig:
     """SFT steps (64 expert sequences each, lr 2e-3) of the bootstrapped model."""
     contenders: tuple[str, ...] = ("ours", "trl")
     """Run order within a repeat (keys of ``CONTENDERS``: ``ours``, ``ours_no_filter``, ``ours_static``,
-    ``trl``); each pair of ``RATIOS`` present gets its interleaved ratio."""
+    ``ours_fast``, ``trl``); each pair of ``RATIOS`` present gets its interleaved ratio."""
     repeats: int = 5
     """Interleaved repeats (each runs every contender once)."""
     steps: int = 12
@@ -117,6 +121,8 @@ class TrlBenchConfig:
     """Samples per validation problem."""
     threads: int = 2
     """torch CPU threads (the GEMM limit is measured at the same count)."""
+    fast_micro_batch_rows: int = 16
+    """``run.micro_batch_rows`` of the ``ours_fast`` contender (rows of similar length per loss pass)."""
     seed: int = 0
     """Seed of repeat 0 (repeat r uses seed + r for every contender)."""
     gemm_repeats: int = 20
@@ -127,7 +133,8 @@ class TrlBenchConfig:
     def __post_init__(self) -> None:
         from vsr.checks import check_number
 
-        for n in ("repeats", "steps", "prompts", "group_size", "max_new_tokens", "eval_k", "threads", "gemm_repeats"):
+        for n in ("repeats", "steps", "prompts", "group_size", "max_new_tokens", "eval_k", "threads", "gemm_repeats",
+                  "fast_micro_batch_rows"):
             check_number(n, getattr(self, n), 1, integer=True)
         check_number("warmup_steps", self.warmup_steps, 0, integer=True)
         check_number("eval_problems", self.eval_problems, 0, integer=True)
@@ -307,7 +314,8 @@ def _load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, static: bool, evaluate: bool) -> dict:
+def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, static: bool, evaluate: bool,
+          micro_batch_rows: int = 0) -> dict:
     from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
     from llm_harness.trainer.entry import build_backend
     from llm_harness.trainer.loop import Trainer
@@ -324,7 +332,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
         run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}"), checkpoint_every=0,
-                      progress=False, static_decode=static),
+                      progress=False, static_decode=static, micro_batch_rows=micro_batch_rows),
     )
     rec = Recorder()
     backend = build_backend(model, tok, tcfg)
@@ -372,6 +380,8 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         "gen_new_tokens": sum(r["gen_new_tokens"] for r in timed) / len(timed),
         "trained_samples": sum(r["trained_samples"] for r in timed) / len(timed),
         "decode_rows": cfg.prompts * cfg.group_size,
+        "static_decode": bool(tr.backend.config.static_decode),
+        "micro_batch_rows": int(tcfg.run.micro_batch_rows),
         "torch_threads": sorted(threads_seen),
         "trained_tokens": sum(sum(len(g.context(i)) + len(g.response_ids[i]) for g in st.trained for i in range(g.size))
                               for st in steps) / len(steps),
@@ -558,7 +568,8 @@ def run(cfg: TrlBenchConfig) -> int:
                 res = _trl(path, task, cfg, cfg.seed + r, evaluate=ev)
             else:
                 res = _ours(path, task, cfg, cfg.seed + r, filter_zero=(c != "ours_no_filter"),
-                            static=(c == "ours_static"), evaluate=ev)
+                            static=c in ("ours_static", "ours_fast"), evaluate=ev,
+                            micro_batch_rows=cfg.fast_micro_batch_rows if c == "ours_fast" else 0)
             res.update({"contender": c, "repeat": r, "seed": cfg.seed + r, "load_before": la, "load_after": _load_avg()})
             if res["torch_threads"] != [cfg.threads]:
                 raise RuntimeError(f"{c}: ran with torch threads {res['torch_threads']}, not {cfg.threads}")

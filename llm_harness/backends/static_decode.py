@@ -5,20 +5,26 @@ mask building, and ``DynamicCache.update``'s ``torch.cat``, which copies the who
 layer on every generated token (O(T^2) copying over a response). :class:`StaticQwen2Decoder` keeps
 the cache in one preallocated tensor per layer (``k[L][rows, kv_heads, width, head_dim]``), writes
 each new key/value in place, and runs the layer arithmetic with the model's own weights as plain
-tensor calls, in the same order as ``transformers``' Qwen2 code:
+tensor calls, in the order of ``transformers``' Qwen2 code:
 
-    x = embed(tok); for each layer: h = rms(x); q, k, v = h W^T + b; rotate q, k at the row's
-    position; write k, v at column c; a = sdpa(q, K[:, :, :c+1], V[:, :, :c+1], mask); x += a W_o^T;
-    h = rms(x); x += down(silu(gate(h)) * up(h)); finally rms(x)
+    x = embed(tok); for each layer: h = rms(x); q, k, v = h W_qkv^T + b; rotate q, k at the row's
+    position; write k, v at column c; a = softmax(q K[:, :c+1]^T / sqrt(d) + mask) V[:, :c+1];
+    x += a W_o^T; h = rms(x); g, u = h W_gu^T; x += down(silu(g) * u); finally rms(x)
 
-(RMSNorm, rotary tables ``cos/sin(pos * inv_freq)``, grouped heads packed as ``[rows, kv, rep, d]``
-for one query token, exactly as ``transformers.integrations.sdpa_attention`` does.) The prefill
-still runs through the HF model; its ``DynamicCache`` is copied in once.
+The prefill still runs through the HF model; its ``DynamicCache`` is copied in once.
 
-Exactness: the same float32 operations on the same values; the attention reads a strided view
-of the preallocated cache and always gets a boolean mask (HF may pass none when no row is
-padded), so kernels may differ in the last bits: logits agree with the HF step to ~1e-6
-relative, and the tests check that sampled tokens agree on fixed seeds
+Fewer, larger kernels than the HF step (measured by ``benchmarks/trainer_vs_trl.py``'s ``ours_static``
+contender): q/k/v and gate/up each as one matmul over concatenated weights (rebuilt for every
+decoder, so they follow the trained weights), RMSNorm as ``F.rms_norm`` (bit-identical to the
+op-by-op form in float32), RoPE once over the q and k heads together, and the attention of the one
+query token as two batched matmuls over ``[rows x kv heads]`` with an additive mask, the grouped query
+heads of a kv head as the rows of its matmul (query head j reads kv head j // rep, as ``repeat_kv``).
+On the CPU test bed that attention is faster than ``scaled_dot_product_attention``'s flash kernel,
+which is built for long queries.
+
+Exactness: the same float32 arithmetic up to summation order (fused matmuls, matmul attention
+instead of the flash kernel), so logits agree with the HF step to ~1e-6 relative; the tests check
+that sampled tokens agree on fixed seeds and that a training run's metrics agree to 1e-5
 (``tests/llm_harness/backends/test_static_decode.py``).
 
 Supported: ``model_type`` ``qwen2`` (the test-bed models) with default RoPE, no sliding window,
@@ -81,6 +87,7 @@ class StaticQwen2Decoder:
         self.attention_scaling = float(getattr(rot, "attention_scaling", 1.0))
         self.inv_freq = rot.inv_freq.float()
         self.keys, self.values, self.used = keys, values, int(used)
+        self._fused = [self._fuse(layer) for layer in self.layers]  # copies: rebuilt per decoder (weights change)
 
     @classmethod
     def from_cache(cls, model: Any, cache: Any, extra: int) -> "StaticQwen2Decoder":
@@ -113,13 +120,20 @@ class StaticQwen2Decoder:
         self.values = [v.index_select(0, keep) for v in self.values]
 
     @staticmethod
+    def _fuse(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """``(W_qkv, b_qkv, W_gate_up)``: the layer's q/k/v and gate/up projections as one matrix each."""
+        att, mlp = layer.self_attn, layer.mlp
+        projs = (att.q_proj, att.k_proj, att.v_proj)
+        w_qkv = torch.cat([p.weight for p in projs], 0)
+        b_qkv = None
+        if any(p.bias is not None for p in projs):
+            b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
+        return w_qkv, b_qkv, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0)
+
+    @staticmethod
     def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
-        # transformers' Qwen2RMSNorm, op for op
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        var = h.pow(2).mean(-1, keepdim=True)
-        h = h * torch.rsqrt(var + norm.variance_epsilon)
-        return norm.weight * h.to(dtype)
+        # transformers' Qwen2RMSNorm (float32 here): w * (x * rsqrt(mean(x^2) + eps)), one fused op
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
 
     @staticmethod
     def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -129,41 +143,44 @@ class StaticQwen2Decoder:
     def step(self, tok: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Final hidden state ``[rows, hidden]`` after feeding ``tok[rows]`` at positions ``pos[rows]``.
 
-        ``mask[rows, used + 1]`` (0/1): which cache columns (the new token's last) each row attends to.
+        ``mask[rows, used + 1]`` (0/1): which cache columns (the new token's last) each row attends to;
+        the last column must be 1 (a row always attends to its own token).
         """
         c = self.used
         if c >= self.keys[0].shape[2]:
             raise ValueError(f"static cache: full ({c} columns)")
         if mask.shape != (tok.shape[0], c + 1):
             raise ValueError(f"mask: expected shape {(tok.shape[0], c + 1)}, got {tuple(mask.shape)}")
-        b = tok.shape[0]
-        x = F.embedding(tok, self.embed)[:, None, :]  # [b, 1, hidden]
-        freqs = pos[:, None, None].float() * self.inv_freq.to(x.device)  # [b, 1, d/2]
+        b, d, hq, hkv = tok.shape[0], self.head_dim, self.n_heads, self.n_kv
+        rep, nq, nk = hq // hkv, hq * self.head_dim, hkv * self.head_dim
+        x = F.embedding(tok, self.embed)  # [b, hidden]
+        freqs = pos[:, None].float() * self.inv_freq.to(x.device)  # [b, d/2]
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.attention_scaling).to(x.dtype)[:, None]  # [b, 1, 1, d]
+        cos = (emb.cos() * self.attention_scaling).to(x.dtype)[:, None]  # [b, 1, d]: every head
         sin = (emb.sin() * self.attention_scaling).to(x.dtype)[:, None]
-        attn_mask = mask.bool()[:, None, None, :]  # [b, 1, 1, c + 1]
-        rep = self.n_heads // self.n_kv
+        # additive mask per (row, kv head) for the grouped query heads: [b * kv, rep, c + 1]
+        bias = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(mask == 0, float("-inf"))
+        bias = bias[:, None, None, :].expand(b, hkv, rep, c + 1).reshape(b * hkv, rep, c + 1)
         for li, layer in enumerate(self.layers):
+            w_qkv, b_qkv, w_gu = self._fused[li]
             att = layer.self_attn
             h = self._rms(layer.input_layernorm, x)
-            q = F.linear(h, att.q_proj.weight, att.q_proj.bias).view(b, 1, -1, self.head_dim).transpose(1, 2)
-            k = F.linear(h, att.k_proj.weight, att.k_proj.bias).view(b, 1, -1, self.head_dim).transpose(1, 2)
-            v = F.linear(h, att.v_proj.weight, att.v_proj.bias).view(b, 1, -1, self.head_dim).transpose(1, 2)
-            q = q * cos + self._rotate_half(q) * sin
-            k = k * cos + self._rotate_half(k) * sin
-            self.keys[li][:, :, c : c + 1] = k
-            self.values[li][:, :, c : c + 1] = v
-            kk = self.keys[li][:, :, : c + 1]
-            vv = self.values[li][:, :, : c + 1]
-            if rep > 1:  # one query token: heads packed per kv head (transformers' pack_gqa)
-                q = q.reshape(b, self.n_kv, rep, self.head_dim)
-            a = F.scaled_dot_product_attention(q, kk, vv, attn_mask=attn_mask, dropout_p=0.0, scale=self.scaling)
-            a = a.reshape(b, -1, 1, self.head_dim).transpose(1, 2).contiguous().reshape(b, 1, -1)
+            qkv = F.linear(h, w_qkv, b_qkv)  # [b, (heads + 2 kv) * d]
+            qk = qkv[:, : nq + nk].reshape(b, hq + hkv, d)
+            qk = qk * cos + self._rotate_half(qk) * sin  # RoPE on q and k heads alike
+            self.keys[li][:, :, c] = qk[:, hq:]
+            self.values[li][:, :, c] = qkv[:, nq + nk :].view(b, hkv, d)
+            # one query token: query heads grouped per kv head (head j reads kv head j // rep); the
+            # cache slices [:, :, :c+1] flatten to [b * kv, c+1, d] without a copy
+            kk = self.keys[li][:, :, : c + 1].reshape(b * hkv, c + 1, d)
+            vv = self.values[li][:, :, : c + 1].reshape(b * hkv, c + 1, d)
+            q = qk[:, :hq].reshape(b * hkv, rep, d)
+            scores = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=self.scaling)
+            a = torch.bmm(torch.softmax(scores, dim=-1), vv).reshape(b, nq)
             x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
             h = self._rms(layer.post_attention_layernorm, x)
-            mlp = layer.mlp
-            x = x + F.linear(F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight),
-                             mlp.down_proj.weight)
+            gu = F.linear(h, w_gu)
+            inter = gu.shape[-1] // 2
+            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.mlp.down_proj.weight)
         self.used = c + 1
-        return self._rms(self.final_norm, x)[:, 0]
+        return self._rms(self.final_norm, x)

@@ -44,20 +44,23 @@ def test_config_refuses_unknown_or_repeated_contenders():
 def test_interleaved_runs_and_summary(tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "bench.json"
-    cfg = TrlBenchConfig(contenders=("ours", "ours_static"), repeats=2, steps=1, warmup_steps=1, prompts=2,
-                         group_size=2, max_new_tokens=6, eval_problems=0, threads=1, gemm_repeats=2, out=str(out))
+    cfg = TrlBenchConfig(contenders=("ours", "ours_static", "ours_fast"), repeats=2, steps=1, warmup_steps=1, prompts=2,
+                         group_size=2, max_new_tokens=6, eval_problems=0, threads=1, gemm_repeats=2, out=str(out),
+                         fast_micro_batch_rows=1)
     assert run(cfg) == 0
     res = json.loads(out.read_text())
-    assert [(r["repeat"], r["contender"]) for r in res["runs"]] == [(0, "ours"), (0, "ours_static"),
-                                                                   (1, "ours"), (1, "ours_static")]
-    assert [r["seed"] for r in res["runs"]] == [0, 0, 1, 1]
+    assert [(r["repeat"], r["contender"]) for r in res["runs"]] == [(0, "ours"), (0, "ours_static"), (0, "ours_fast"),
+                                                                   (1, "ours"), (1, "ours_static"), (1, "ours_fast")]
+    assert [r["seed"] for r in res["runs"]] == [0, 0, 0, 1, 1, 1]
+    assert [(r["static_decode"], r["micro_batch_rows"]) for r in res["runs"][:3]] == [(False, 0), (True, 0), (True, 1)]
     for r in res["runs"]:
         assert r["decode_flops"] > 0 and r["limit_s"] > 0 and r["limit_fraction"] > 0
         assert len(r["load_before"]) == 3 and r["decode_s"] <= r["time_generate_s"] + 1e-9
     s = res["summary"]
-    assert set(s["contenders"]) == {"ours", "ours_static"} and list(s["ratios"]) == ["ours/ours_static"]
+    assert set(s["contenders"]) == {"ours", "ours_static", "ours_fast"}
+    assert list(s["ratios"]) == ["ours/ours_static", "ours/ours_fast"]
     assert len(s["ratios"]["ours/ours_static"]["per_repeat"]) == 2
-    for c in ("ours", "ours_static"):
+    for c in ("ours", "ours_static", "ours_fast"):
         q = s["limit_fraction"][c]
         assert q["min"] <= q["median"] <= q["max"]
     # the static decode samples what the default backend samples: same rewards and token counts
