@@ -84,8 +84,9 @@ evaluations ≈ 8 · (2 · 910 + 80) ≈ 15 200 core-s ≈ 2.1 h on 2 cores (``v
 --methods gigpo vsr_gigpo``); each ablation adds ≈ 1 h. Power on BabyAI is unknown before the runs (GiGPO moved
 held-out success 0.07 → 0.26 in 10 updates, so between-run training noise may dominate); the report prints
 the power at the spread it measures. Measured (2026-12-02, 2 quiet cores): GiGPO + VSR + GiGPO 1 h 40 min, the two
-ablations ``vsr_uniform vsr_norecency`` 1 h 33 min (8-16 min per run, two at a time); the paired sd was 4.4-8.3 pp,
-so 11-32 seeds would give 80 % at 5 pp after Holm (the report's power tables).
+ablations ``vsr_uniform vsr_norecency`` 1 h 33 min (8-16 min per run, two at a time), ``static_reset`` about 1 h
+(two parts of 4 seeds); the paired sd was 4.4-8.3 pp (16.6 pp for static resets), so 11-32 seeds would give 80 %
+at 5 pp after Holm (the report's power tables). The Sokoban ablations (24 runs) took 1 h 25 min.
 
 **Ablations** (:attr:`Suite.ablations`, report section ``ablations``): VSR + GiGPO against each of
 ``vsr_uniform``, ``vsr_norecency`` and ``static_reset``, paired by seed, Holm within each regime -- the direct
