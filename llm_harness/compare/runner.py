@@ -74,9 +74,9 @@ class CompareConfig:
     ``ray`` (one Ray task per job; ``RAY_ADDRESS`` picks a cluster)."""
     methods: tuple[str, ...] = ()
     """Train only these methods (default: all of the suite); the report covers every finished run of the
-    suite's methods in the chosen regimes, so a suite run in parts keeps one report."""
+    suite (all methods, all regimes), so a suite run in parts keeps one report."""
     regimes: tuple[str, ...] = ()
-    """Only these regimes (default: all)."""
+    """Train only these regimes (default: all); the report still covers the other regimes' finished runs."""
     report_only: bool = False
     """Do not train; rebuild the report from the runs already in ``out``."""
     quick: bool = False
@@ -417,7 +417,8 @@ def run(cfg: CompareConfig) -> int:
     if not cfg.report_only:
         prepare_pool(cfg)
     jobs = plan_jobs(cfg)
-    planned = plan_jobs(replace(cfg, methods=())) if cfg.methods else jobs  # earlier parts' runs stay in the report
+    # earlier parts' runs (other methods, other regimes) stay in the report: a part run never drops them
+    planned = plan_jobs(replace(cfg, methods=(), regimes=())) if cfg.methods or cfg.regimes else jobs
     restored: dict[Path, int] = {}
     for j in planned if cfg.records else ():
         root = next((r for r in (cfg.records_root, *cfg.shared_records_roots) if restore_record(j, r)), None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -287,6 +288,20 @@ def test_a_part_run_with_methods_keeps_the_earlier_parts_in_the_report(tmp_path)
     assert run(part2) == 0
     names = {m["name"] for m in json.loads((tmp_path / "summary.json").read_text())["methods"]}
     assert {"grpo", "vsr"} <= names and "dapo" not in names  # dapo has not run
+
+
+def test_a_part_run_with_regimes_keeps_the_other_regimes_in_the_report(tmp_path):
+    """``--regimes`` picks where to train; the report keeps the other regimes' finished runs (the agents suite
+    runs Sokoban and BabyAI in separate parts, and a part's report must not drop the other environment)."""
+    first = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("normal",))
+    for j in plan_jobs(first):
+        _fake_run(j, 0.4 + 0.1 * j.seed, 100.0)
+    second = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("hard",))
+    for j in plan_jobs(second):
+        _fake_run(j, 0.3 + 0.1 * j.seed, 100.0)
+    assert run(replace(second, report_only=True)) == 0
+    rows = json.loads((tmp_path / "summary.json").read_text())["methods"]
+    assert {(m["regime"], m["name"]) for m in rows} >= {("normal", "grpo"), ("normal", "vsr"), ("hard", "grpo"), ("hard", "vsr")}
 
 
 def test_records_rebuild_the_report_after_the_run_folders_are_gone(tmp_path, capsys):
