@@ -83,6 +83,13 @@ CONTENDERS = {
     "ours_fast": "this trainer with run.static_decode and run.micro_batch_rows (fast_micro_batch_rows)",
     "trl": "TRL GRPOTrainer",
 }
+#: our contenders' trainer options: (zero-variance filter, static decode, micro-batched loss pass)
+OURS_OPTIONS = {
+    "ours": (True, False, False),
+    "ours_no_filter": (False, False, False),
+    "ours_static": (True, True, False),
+    "ours_fast": (True, True, True),
+}
 #: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
 RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("trl", "ours_fast"),
           ("ours", "ours_static"), ("ours", "ours_fast"))
@@ -331,7 +338,8 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
                               verify_timeout_s=0),
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
-        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}"), checkpoint_every=0,
+        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}_mb{micro_batch_rows}"),
+                      checkpoint_every=0,
                       progress=False, static_decode=static, micro_batch_rows=micro_batch_rows),
     )
     rec = Recorder()
@@ -567,9 +575,9 @@ def run(cfg: TrlBenchConfig) -> int:
             if c == "trl":
                 res = _trl(path, task, cfg, cfg.seed + r, evaluate=ev)
             else:
-                res = _ours(path, task, cfg, cfg.seed + r, filter_zero=(c != "ours_no_filter"),
-                            static=c in ("ours_static", "ours_fast"), evaluate=ev,
-                            micro_batch_rows=cfg.fast_micro_batch_rows if c == "ours_fast" else 0)
+                filter_zero, static, micro = OURS_OPTIONS[c]
+                res = _ours(path, task, cfg, cfg.seed + r, filter_zero=filter_zero, static=static, evaluate=ev,
+                            micro_batch_rows=cfg.fast_micro_batch_rows if micro else 0)
             res.update({"contender": c, "repeat": r, "seed": cfg.seed + r, "load_before": la, "load_after": _load_avg()})
             if res["torch_threads"] != [cfg.threads]:
                 raise RuntimeError(f"{c}: ran with torch threads {res['torch_threads']}, not {cfg.threads}")
