@@ -407,8 +407,10 @@ def _tables_section(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, specs:
                   f"{_label(suite, suite.reference).split(' (')[0]} by a paired t-test over seeds, Holm-adjusted over the "
                   f"arms of that table (separately per metric). Power: at a true {100 * suite.min_effect:.0f}-point "
                   "difference, the measured spread and Holm's first-step level.", ""]
-        fig, axes = plt.subplots(1, len(present), figsize=(5.2 * len(present), 0.5 * max(len(t.arms) for t in present) + 2.2),
-                                 squeeze=False)
+        # each panel is as wide as its longest arm label needs (8-pt labels, ~0.065 in per character) plus the plot
+        label_in = 0.065 * max(len(_label(suite, a)) for t in present for a in t.arms)
+        fig, axes = plt.subplots(1, len(present), figsize=((3.4 + label_in) * len(present),
+                                                           0.5 * max(len(t.arms) for t in present) + 2.2), squeeze=False)
         csv_rows = []
         for ti, t in enumerate(present):
             per_metric = {mname: table_rows(finals, t.arms, suite.reference, _metric_key(mname, k), suite.min_effect)
@@ -441,7 +443,7 @@ def _tables_section(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, specs:
             missing = [a for a in t.arms if a not in finals]
             lines += ["", f"Not run in this suite: {', '.join(missing)}.", ""] if missing else [""]
             _forest(axes[0, ti], [_label(suite, r["arm"]).replace("\\|", "|") for r in first], [r["diff"] for r in first],
-                    t.caption.split(":")[0], f"Δ {metrics[0][1]} vs reference (pp), 95% CI over seeds")
+                    t.caption.split(":")[0], f"Δ {metrics[0][1]} vs {_label(suite, suite.reference).split(' (')[0]} (pp), 95 % CI")
         fig.tight_layout()
         name = f"{stem}_{regime}"
         save_figure(fig, out, name)

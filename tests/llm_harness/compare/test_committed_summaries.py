@@ -49,8 +49,8 @@ RECORDED = sorted(p.parent for p in (ROOT / "figures").glob("compare_*/records")
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
 def test_committed_records_rebuild_the_committed_summary(folder, tmp_path, monkeypatch):
-    """A suite folder with run records: ``--report-only`` from those records alone (another folder, no run
-    directories) reproduces the committed summary's numbers, i.e. the records are the committed result's runs
+    """A suite folder with run records: ``--report-only`` from those records alone (and the prompt pool they were
+    trained on, if any; another folder, no run directories) reproduces the committed summary's numbers, i.e. the records are the committed result's runs
     and still match the suite's current configs."""
     import shutil
 
@@ -59,6 +59,8 @@ def test_committed_records_rebuild_the_committed_summary(folder, tmp_path, monke
     monkeypatch.chdir(ROOT)  # the suites' config paths are relative to the repository
     committed = json.loads((folder / "summary.json").read_text())
     shutil.copytree(folder / "records", tmp_path / "records")
+    if (folder / "pool.json").is_file():  # a pool-trained suite: its records were trained on this pool
+        shutil.copy(folder / "pool.json", tmp_path / "pool.json")
     regimes = tuple(sorted({m["regime"] for m in committed["methods"]}))
     assert run(CompareConfig(suite=committed["suite"], out=tmp_path, regimes=regimes, report_only=True)) == 0
     rebuilt = json.loads((tmp_path / "summary.json").read_text())
