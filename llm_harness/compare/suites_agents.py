@@ -22,7 +22,9 @@ evaluation, curves and finals apply unchanged (``val_avg_at_k`` is the success r
 **Regimes.** ``sokoban`` and ``babyai`` (the shipped BabyAI OneRoomS8 agent ``mid`` under the
 family's 16-turn budget; :data:`BABYAI_OVERRIDES` moves every method's config there). SynthLoc and
 MiniBoss have GPU recipes (``configs/agent_babyai_*_gpu.yaml``) but no CPU test-bed agent: their
-expert episodes are 5-7x longer than OneRoomS8's. Run one regime at a time with ``--regimes``; the
+expert episodes are 5-7x longer than OneRoomS8's and a turn costs 3.8-4.8x as much (longer prompts),
+so this design would take 29-144 h per level on 2 cores (``benchmarks/agent_level_cost.py``,
+``benchmarks/results/agent_level_cost``). Run one regime at a time with ``--regimes``; the
 sizing below is Sokoban's.
 
 **Agent-specific accounting** (:func:`agent_summary`, for the report): per update, new generated
