@@ -68,7 +68,7 @@ import numpy as np
 
 from llm_harness.compare.report import _rows, moving_mean, register_section, seed_interval
 from llm_harness.compare.stats import holm, paired_contrast, paired_power
-from llm_harness.compare.suite import Method, PoolSpec, Regime, Suite, register_suite
+from llm_harness.compare.suite import SUITES, Method, PoolSpec, Regime, Suite, register_suite
 from vsr.atomic import save_figure, write_text
 
 __all__ = ["COST", "EXTRA_METHODS", "EXTRA_TABLES", "MID_POOL", "REPLAY_METHODS", "REPLAY_TABLES", "REPLAY_AES_CONFIGS",
@@ -153,15 +153,16 @@ def _methods(pool: Sequence[Method], names: Sequence[str]) -> tuple[Method, ...]
     return tuple(by[n] for n in names)
 
 
-#: the per-table Replay suites (one regime, one pool): they share their GRPO and default (``abs``) runs by record
-REPLAY_TABLE_SUITES = ("replay_tau", "replay_priority", "replay_ratio")
+#: the per-table Replay suites (one regime, one pool): they share their GRPO and default (``abs``) runs by record;
+#: ``replay_aes`` (Table 13) shares every arm the other three ran
+REPLAY_TABLE_SUITES = ("replay_tau", "replay_priority", "replay_ratio", "replay_aes")
 
 
 def _replay_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], sizes: Mapping[str, int],
-                  regime: Regime = _REPLAY_REGIME, shares: Sequence[str] = ()) -> Suite:
+                  regime: Regime = _REPLAY_REGIME, shares: Sequence[str] = (), sections: Sequence[str] = _REPLAY_SECTIONS) -> Suite:
     return register_suite(Suite(name=name, methods=_methods(REPLAY_METHODS, ("grpo", *arms)), regimes=(regime,),
                                 sizes=dict(sizes), pool=MID_POOL, contrasts=tuple(contrasts), min_effect=0.02,
-                                sections=_REPLAY_SECTIONS, shares_records_with=tuple(s for s in shares if s != name)))
+                                sections=tuple(sections), shares_records_with=tuple(s for s in shares if s != name)))
 
 
 # sizes: :data:`COST` (measured) puts each suite under 2 hours on 2 workers (:func:`estimated_hours`)
@@ -174,6 +175,10 @@ _replay_suite("replay_priority", ("abs", "abs_pool", "uniform_query", "uniform_r
               REPLAY_TABLES[3].arms, {"seeds": 10, **_REPLAY_SIZES}, _REPLAY_REGIME_LR, REPLAY_TABLE_SUITES)
 _replay_suite("replay_ratio", REPLAY_TABLES[4].arms, REPLAY_TABLES[4].arms, {"seeds": 14, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
               REPLAY_TABLE_SUITES)
+#: Table 13 at the per-table suites' regime and seeds: 10 of its 12 configurations are restored from their records
+#: (seeds 0-9), so it trains only the two uniform-rollout τ variants (20 runs) when run after them
+_replay_suite("replay_aes", REPLAY_AES_CONFIGS, REPLAY_AES_CONFIGS, {"seeds": 10, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
+              REPLAY_TABLE_SUITES, sections=("pool", "replay_aes", "eval_metrics"))
 
 # ---------------------------------------------------------------------------------------------- ExTra
 
@@ -236,16 +241,24 @@ _extra_suite("extra_signal", EXTRA_TABLES[2].arms, EXTRA_TABLES[2].arms, {"seeds
 COST = {"update_s": 1.9, "redraw_factor": 1.5, "eval_seq_s": 0.0068, "startup_s": 10.0}
 
 
-def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST) -> float:
+def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST, after_siblings: bool = False) -> float:
     """Wall hours of ``vsr compare --suite NAME`` at its own sizes on ``workers`` otherwise idle cores, from
-    :data:`COST` (a load of L processes per core multiplies it by about L)."""
+    :data:`COST` (a load of L processes per core multiplies it by about L). ``after_siblings``: only the jobs that
+    no suite it shares records with (``Suite.shares_records_with``) also plans, i.e. what is left to train once
+    those suites have run."""
     from llm_harness.compare.runner import CompareConfig, plan_jobs
 
     cfg = CompareConfig(suite=suite_name, out=Path("/nonexistent/estimate"))
     z = cfg.sizes
     evals_per_run = len({min(s, z["steps"]) for s in range(z["eval_every"], z["steps"] + z["eval_every"], z["eval_every"])})
+    shared = set()
+    if after_siblings:
+        for sib in SUITES[suite_name].shares_records_with:
+            shared |= {j.fingerprint for j in plan_jobs(CompareConfig(suite=sib, out=Path(f"/nonexistent/{sib}")))}
     total = 0.0
     for j in plan_jobs(cfg):
+        if j.fingerprint in shared:
+            continue
         seqs = j.mapping["validation"]["n_problems"] * j.mapping["validation"]["k"]
         if j.method == "base":
             total += cost["startup_s"] + seqs * cost["eval_seq_s"]
@@ -367,12 +380,13 @@ def _step_series(run_dir: Path | str, key: str, steps: int) -> np.ndarray:
     return y
 
 
-def _forest(ax: Any, labels: Sequence[str], diffs: Sequence[tuple[float, float, float]], title: str, xlabel: str) -> None:
-    """Paired differences with their intervals, sorted by the mean (STYLE 14)."""
+def _forest(ax: Any, labels: Sequence[str], diffs: Sequence[tuple[float, float, float]], title: str, xlabel: str,
+            scale: float = 100.0) -> None:
+    """Paired differences (x ``scale``: fractions to points by default) with their intervals, sorted by the mean (STYLE 14)."""
     order = sorted(range(len(labels)), key=lambda i: diffs[i][0] if _finite(diffs[i][0]) else -np.inf)
     y = np.arange(len(order))
     for yi, i in zip(y, order):
-        m, lo, hi = (100 * x if _finite(x) else np.nan for x in diffs[i])
+        m, lo, hi = (scale * x if _finite(x) else np.nan for x in diffs[i])
         ax.plot([lo, hi], [yi, yi], color="C0", lw=2)
         ax.plot([m], [yi], "o", color="C0")
     ax.axvline(0, color="k", lw=1, ls="--")
@@ -488,8 +502,9 @@ def _aes_seed(ev: Mapping[str, float], ref: Mapping[str, float], k: int) -> tupl
     return float(t.delta_length), float(t.delta_acc), float(t.score)
 
 
-def _aes_ranking(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path) -> list[str]:
-    """Replay Table 13: the fresh-anchored configurations ranked by AES against GRPO (paired by seed)."""
+def _aes_ranking(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, figure: bool = False) -> list[str]:
+    """Replay Table 13: the fresh-anchored configurations ranked by AES against GRPO (paired by seed); ``figure``
+    adds their AES intervals as ``replay_aes_<regime>.png``."""
     k = cfg.sizes["eval_k"]
     lines: list[str] = []
     for regime in sorted({j.regime for j in jobs}):
@@ -523,11 +538,32 @@ def _aes_ranking(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path) -> list[s
             rows_csv.append([i, r["arm"], r["acc"][0], r["len"][0], r["dl"][0], r["dacc"][0], r["aes"][0], r["aes"][1], r["aes"][2]])
         missing = [a for a in REPLAY_AES_CONFIGS if a not in finals]
         if missing:
-            lines += ["", f"Not run in this suite (Table 13 needs the `replay` suite): {', '.join(missing)}."]
+            lines += ["", f"Not run in this suite (all twelve: the `replay` or `replay_aes` suite): {', '.join(missing)}."]
         name = f"replay_aes_{regime}"
         _csv(out / f"{name}.csv", ["rank", "arm", "acc", "length", "delta_length", "delta_acc", "aes", "aes_lo", "aes_hi"], rows_csv)
-        lines += ["", f"(numbers: `{name}.csv`)", ""]
+        if figure:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            labels = [_label(suite, r["arm"]).replace("\\|", "|") for r in recs]
+            fig, ax = plt.subplots(figsize=(3.4 + 0.065 * max(map(len, labels)), 0.45 * len(recs) + 1.6))
+            _forest(ax, labels, [r["aes"] for r in recs], f"Replay Table 13: AES vs {_label(suite, suite.reference).split(' (')[0]}",
+                    "AES (ΔL + β ΔAcc), 95 % CI over seeds", scale=1.0)
+            fig.tight_layout()
+            save_figure(fig, out, name)
+            plt.close(fig)
+            lines += ["", f"![{name}.png]({name}.png) (numbers: `{name}.csv`)", ""]
+        else:
+            lines += ["", f"(numbers: `{name}.csv`)", ""]
     return lines
+
+
+@register_section("replay_aes")
+def replay_aes_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
+    """Replay Table 13 alone: the twelve fresh-anchored configurations ranked by AES, with a forest figure."""
+    return _aes_ranking(cfg, jobs, suite, out, figure=True)
 
 
 #: (val_* key stem, column label, scale) of the evaluation-metrics section

@@ -22,7 +22,7 @@ from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
 from vsr.config_io import from_dict
 
-REPLAY_SUITES = ("replay", "replay_tau", "replay_priority", "replay_ratio")
+REPLAY_SUITES = ("replay", "replay_tau", "replay_priority", "replay_ratio", "replay_aes")
 EXTRA_SUITES = ("extra", "extra_gamma", "extra_signal")
 
 
@@ -93,12 +93,44 @@ def test_tables_name_suite_arms_and_table13_is_twelve_fresh_anchored_configurati
     # the committed `replay` suite trains at 1e-4; the per-table ones at 5e-5 (there GRPO memorised the pool)
     lrs = {name: {j.resolved()["optim"]["lr"] for j in plan_jobs(CompareConfig(suite=name, out=tmp_path, seeds=1))}
            for name in REPLAY_SUITES}
-    assert lrs == {"replay": {1e-4}, "replay_tau": {5e-5}, "replay_priority": {5e-5}, "replay_ratio": {5e-5}}
+    assert lrs == {"replay": {1e-4}, "replay_tau": {5e-5}, "replay_priority": {5e-5}, "replay_ratio": {5e-5}, "replay_aes": {5e-5}}
+    # Table 13's own suite: the twelve configurations, one Holm family, sharing the per-table suites' runs
+    assert set(SUITES["replay_aes"].family()) == set(ev.REPLAY_AES_CONFIGS)
+    assert set(SUITES["replay_aes"].shares_records_with) == {"replay_tau", "replay_priority", "replay_ratio"}
 
 
-@pytest.mark.parametrize("suite", REPLAY_SUITES + EXTRA_SUITES)
+@pytest.mark.parametrize("suite", tuple(s for s in REPLAY_SUITES if s != "replay_aes") + EXTRA_SUITES)
 def test_each_suite_fits_two_hours_on_two_cores(suite):
     assert ev.estimated_hours(suite, workers=2) <= 2.0
+
+
+def test_table13_suite_fits_two_hours_after_the_per_table_suites():
+    """``replay_aes`` alone would take longer; after its siblings it trains only the two uniform-rollout τ arms."""
+    from llm_harness.compare.runner import CompareConfig as C
+
+    assert ev.estimated_hours("replay_aes") > 2.0
+    assert ev.estimated_hours("replay_aes", after_siblings=True) <= 1.0
+    shared = {j.fingerprint for s in ("replay_tau", "replay_priority", "replay_ratio")
+              for j in plan_jobs(C(suite=s, out=Path(f"/nonexistent/{s}")))}
+    left = {(j.method, j.seed) for j in plan_jobs(C(suite="replay_aes", out=Path("/nonexistent/replay_aes")))
+            if j.fingerprint not in shared}
+    assert left == {(m, s) for m in ("uniform_rollout_tau1", "uniform_rollout_tau30") for s in range(10)}
+
+
+def test_table13_section_ranks_and_draws_the_aes(tmp_path):
+    arms = ("grpo", "abs", "abs_tau1", "uniform_rollout_tau30")
+    cfg = CompareConfig(suite="replay_aes", out=tmp_path, seeds=3, steps=4, eval_every=2, methods=arms)
+    jobs = plan_jobs(cfg)
+    effect = {"grpo": 0.0, "abs": -0.02, "abs_tau1": 0.03, "uniform_rollout_tau30": 0.0}
+    for j in jobs:
+        base = 0.40 + 0.02 * j.seed
+        _fake(j, 8, acc=base if j.method == "base" else base + effect[j.method] + 0.001 * j.seed, length=30.0)
+    text = write_report(cfg, jobs).read_text()
+    ranks = [line.split(" | ")[1] for line in text.splitlines() if re.match(r"\| \d+ \| ", line)]
+    assert ranks[0].startswith("|A| rollout, τ_max = 1".replace("|", "\\|")) and len(ranks) == 3
+    assert "### Replay Table 2" not in text  # Table 13 only: no per-table sections
+    assert "Not run in this suite (all twelve" in text
+    assert (tmp_path / "replay_aes_recurring_lr5e-5.png").stat().st_size > 0
 
 
 # ----------------------------------------------------------------------------------------- sections on fake logs
@@ -216,7 +248,7 @@ def test_final_eval_reads_the_last_evaluation_and_the_base_job(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("suite,arms", [pytest.param(s, a, id=s) for s, a in (
     ("replay", ("grpo", "abs")), ("replay_tau", ("grpo", "abs_tau60")), ("replay_priority", ("grpo", "sigma_query")),
-    ("replay_ratio", ("grpo", "abs_r1_alpha1")), ("extra", ("grpo", "extra_full")), ("extra_gamma", ("grpo", "gamma5")),
+    ("replay_ratio", ("grpo", "abs_r1_alpha1")), ("replay_aes", ("grpo", "uniform_rollout_tau1")), ("extra", ("grpo", "extra_full")), ("extra_gamma", ("grpo", "gamma5")),
     ("extra_signal", ("ngram4", "surprise")))])
 def test_smoke_run(suite, arms, tmp_path):
     cfg = CompareConfig(suite=suite, quick=True, methods=arms, out=tmp_path, workers=1)
