@@ -219,10 +219,10 @@ def run(cfg: LevelCostConfig) -> dict:
     print(f"suite = {cfg.arms} arms x {cfg.suite_seeds} seeds x {cfg.steps} updates of {cfg.states} x {cfg.group} episodes, "
           f"two runs at a time; load average {load[0]:.2f} / {load[1]:.2f} (1 / 5 min)")
     if cfg.out:
+        from vsr.atomic import write_text
+
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(cfg.out).with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=2) + "\n")
-        os.replace(tmp, cfg.out)
+        write_text(cfg.out, json.dumps(res, indent=2) + "\n")
     return res
 
 

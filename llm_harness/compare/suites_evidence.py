@@ -380,6 +380,16 @@ def _step_series(run_dir: Path | str, key: str, steps: int) -> np.ndarray:
     return y
 
 
+def _ref_name(suite: Any) -> str:
+    """The reference arm's short name for prose and axis labels (its label before any parenthesis)."""
+    return _label(suite, suite.reference).split(" (")[0]
+
+
+def _forest_width(labels: Sequence[str]) -> float:
+    """Inches of one forest panel: its longest 8-pt label (~0.065 in per character) plus the plot."""
+    return 3.4 + 0.065 * max(map(len, labels))
+
+
 def _forest(ax: Any, labels: Sequence[str], diffs: Sequence[tuple[float, float, float]], title: str, xlabel: str,
             scale: float = 100.0) -> None:
     """Paired differences (x ``scale``: fractions to points by default) with their intervals, sorted by the mean (STYLE 14)."""
@@ -418,12 +428,11 @@ def _tables_section(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, specs:
             continue
         lines += [f"## {title}, regime `{regime}`", "",
                   "Each table is its own Holm family: every arm is contrasted with "
-                  f"{_label(suite, suite.reference).split(' (')[0]} by a paired t-test over seeds, Holm-adjusted over the "
+                  f"{_ref_name(suite)} by a paired t-test over seeds, Holm-adjusted over the "
                   f"arms of that table (separately per metric). Power: at a true {100 * suite.min_effect:.0f}-point "
                   "difference, the measured spread and Holm's first-step level.", ""]
-        # each panel is as wide as its longest arm label needs (8-pt labels, ~0.065 in per character) plus the plot
-        label_in = 0.065 * max(len(_label(suite, a)) for t in present for a in t.arms)
-        fig, axes = plt.subplots(1, len(present), figsize=((3.4 + label_in) * len(present),
+        width = _forest_width([_label(suite, a) for t in present for a in t.arms])
+        fig, axes = plt.subplots(1, len(present), figsize=(width * len(present),
                                                            0.5 * max(len(t.arms) for t in present) + 2.2), squeeze=False)
         csv_rows = []
         for ti, t in enumerate(present):
@@ -457,7 +466,7 @@ def _tables_section(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, specs:
             missing = [a for a in t.arms if a not in finals]
             lines += ["", f"Not run in this suite: {', '.join(missing)}.", ""] if missing else [""]
             _forest(axes[0, ti], [_label(suite, r["arm"]).replace("\\|", "|") for r in first], [r["diff"] for r in first],
-                    t.caption.split(":")[0], f"Δ {metrics[0][1]} vs {_label(suite, suite.reference).split(' (')[0]} (pp), 95 % CI")
+                    t.caption.split(":")[0], f"Δ {metrics[0][1]} vs {_ref_name(suite)} (pp), 95 % CI")
         fig.tight_layout()
         name = f"{stem}_{regime}"
         save_figure(fig, out, name)
@@ -524,7 +533,7 @@ def _aes_ranking(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, figure: b
         r_acc = seed_interval([v.get(f"val_avg_at_{k}", math.nan) for v in ref.values()])[0]
         r_len = seed_interval([v.get("val_length_mean", math.nan) for v in ref.values()])[0]
         lines += [f"### Replay Table 13: AES ranking of the fresh-anchored configurations, regime `{regime}`", "",
-                  f"AES = ΔL + β ΔAcc against {_label(suite, suite.reference).split(' (')[0]} of the same seed (β 3 for a gain, "
+                  f"AES = ΔL + β ΔAcc against {_ref_name(suite)} of the same seed (β 3 for a gain, "
                   f"5 for a loss; `theory.metrics.aes`), from the final held-out avg@{k} and mean response length; reference: "
                   f"acc {100 * r_acc:.1f} %, L {r_len:.1f} tokens. Intervals are 95% Student-t over seeds of the per-seed AES.", "",
                   "| rank | configuration | acc % | L (tokens) | ΔL % | ΔAcc % | AES [CI] |", "|---|---|---|---|---|---|---|"]
@@ -548,12 +557,11 @@ def _aes_ranking(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, figure: b
             import matplotlib.pyplot as plt
 
             labels = [_label(suite, r["arm"]).replace("\\|", "|") for r in recs]
-            fig, ax = plt.subplots(figsize=(3.4 + 0.065 * max(map(len, labels)), 0.45 * len(recs) + 1.6))
-            _forest(ax, labels, [r["aes"] for r in recs], f"Replay Table 13: AES vs {_label(suite, suite.reference).split(' (')[0]}",
+            fig, ax = plt.subplots(figsize=(_forest_width(labels), 0.45 * len(recs) + 1.6))
+            _forest(ax, labels, [r["aes"] for r in recs], f"Replay Table 13: AES vs {_ref_name(suite)}",
                     "AES (ΔL + β ΔAcc), 95 % CI over seeds", scale=1.0)
             fig.tight_layout()
-            save_figure(fig, out, name)
-            plt.close(fig)
+            save_figure(fig, out, name)  # closes the figure
             lines += ["", f"![{name}.png]({name}.png) (numbers: `{name}.csv`)", ""]
         else:
             lines += ["", f"(numbers: `{name}.csv`)", ""]
@@ -655,7 +663,7 @@ def passk_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out:
         ref = finals.get(suite.reference, {})
         lines += [f"## pass@k for k = 1..{k}, regime `{regime}`", "",
                   f"Unbiased pass@j from the {k} held-out samples per problem (final evaluation), mean over seeds; the "
-                  f"figure shows each arm's paired difference to {_label(suite, suite.reference).split(' (')[0]} with its 95% "
+                  f"figure shows each arm's paired difference to {_ref_name(suite)} with its 95% "
                   "interval over seeds.", "",
                   "| arm | " + " | ".join(f"pass@{j}" for j in ks) + " |", "|" + "---|" * (1 + len(ks))]
         fig, ax = plt.subplots(1, 2, figsize=(13, 4.5))
