@@ -41,7 +41,9 @@ back-propagates their zero advantages), which is part of the speed difference â€
 ``ours_no_filter`` contender keeps them; ``ours_static`` is ours with the HF backend's opt-in
 static-KV-cache decode step (same samples; the ``ours/ours_static`` ratio is its measured speedup);
 ``ours_fast`` adds ``run.micro_batch_rows`` (the loss pass in chunks of rows of similar length, each padded
-to its own longest row; the same loss up to float rounding, ``losses.chunk_share``).
+to its own longest row; the same loss up to float rounding, ``losses.chunk_share``); ``ours_packed`` is
+``ours_static`` with ``run.packed_forward`` (the loss pass's projections and MLP on the real tokens only,
+``llm_harness/trainer/packed_forward.py``; the same log-probs and gradients up to float rounding).
 TRL runs on CPU without vLLM, in float32 like ours (``bf16=False``: TRL's default is bf16 autocast
 even on CPU, which on a CPU without bf16 GEMMs made its training pass ~11x ours in the committed
 2026-12-01 run; the script refuses to time TRL under any mixed precision). Needs ``pip install trl``
@@ -81,18 +83,20 @@ CONTENDERS = {
     "ours_no_filter": "this trainer, zero-variance groups kept (as TRL)",
     "ours_static": "this trainer with run.static_decode (llm_harness/backends/static_decode.py)",
     "ours_fast": "this trainer with run.static_decode and run.micro_batch_rows (fast_micro_batch_rows)",
+    "ours_packed": "this trainer with run.static_decode and run.packed_forward (llm_harness/trainer/packed_forward.py)",
     "trl": "TRL GRPOTrainer",
 }
-#: our contenders' trainer options: (zero-variance filter, static decode, micro-batched loss pass)
+#: our contenders' trainer options: (zero-variance filter, static decode, micro-batched loss pass, packed forward)
 OURS_OPTIONS = {
-    "ours": (True, False, False),
-    "ours_no_filter": (False, False, False),
-    "ours_static": (True, True, False),
-    "ours_fast": (True, True, True),
+    "ours": (True, False, False, False),
+    "ours_no_filter": (False, False, False, False),
+    "ours_static": (True, True, False, False),
+    "ours_fast": (True, True, True, False),
+    "ours_packed": (True, True, False, True),
 }
 #: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
-RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("trl", "ours_fast"),
-          ("ours", "ours_static"), ("ours", "ours_fast"))
+RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("trl", "ours_fast"), ("trl", "ours_packed"),
+          ("ours", "ours_static"), ("ours", "ours_fast"), ("ours_static", "ours_packed"))
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ class TrlBenchConfig:
     """SFT steps (64 expert sequences each, lr 2e-3) of the bootstrapped model."""
     contenders: tuple[str, ...] = ("ours", "trl")
     """Run order within a repeat (keys of ``CONTENDERS``: ``ours``, ``ours_no_filter``, ``ours_static``,
-    ``ours_fast``, ``trl``); each pair of ``RATIOS`` present gets its interleaved ratio."""
+    ``ours_fast``, ``ours_packed``, ``trl``); each pair of ``RATIOS`` present gets its interleaved ratio."""
     repeats: int = 5
     """Interleaved repeats (each runs every contender once)."""
     steps: int = 12
@@ -322,7 +326,7 @@ def _load_avg() -> list[float]:
 
 
 def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, static: bool, evaluate: bool,
-          micro_batch_rows: int = 0) -> dict:
+          micro_batch_rows: int = 0, packed: bool = False) -> dict:
     from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
     from llm_harness.trainer.entry import build_backend
     from llm_harness.trainer.loop import Trainer
@@ -338,9 +342,9 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
                               verify_timeout_s=0),
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
-        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}_mb{micro_batch_rows}"),
+        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}{int(packed)}_mb{micro_batch_rows}"),
                       checkpoint_every=0,
-                      progress=False, static_decode=static, micro_batch_rows=micro_batch_rows),
+                      progress=False, static_decode=static, micro_batch_rows=micro_batch_rows, packed_forward=packed),
     )
     rec = Recorder()
     backend = build_backend(model, tok, tcfg)
@@ -389,6 +393,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         "trained_samples": sum(r["trained_samples"] for r in timed) / len(timed),
         "decode_rows": cfg.prompts * cfg.group_size,
         "static_decode": bool(tr.backend.config.static_decode),
+        "packed_forward": bool(tcfg.run.packed_forward),
         "micro_batch_rows": int(tcfg.run.micro_batch_rows),
         "torch_threads": sorted(threads_seen),
         "trained_tokens": sum(sum(len(g.context(i)) + len(g.response_ids[i]) for g in st.trained for i in range(g.size))
@@ -575,9 +580,9 @@ def run(cfg: TrlBenchConfig) -> int:
             if c == "trl":
                 res = _trl(path, task, cfg, cfg.seed + r, evaluate=ev)
             else:
-                filter_zero, static, micro = OURS_OPTIONS[c]
+                filter_zero, static, micro, packed = OURS_OPTIONS[c]
                 res = _ours(path, task, cfg, cfg.seed + r, filter_zero=filter_zero, static=static, evaluate=ev,
-                            micro_batch_rows=cfg.fast_micro_batch_rows if micro else 0)
+                            micro_batch_rows=cfg.fast_micro_batch_rows if micro else 0, packed=packed)
             res.update({"contender": c, "repeat": r, "seed": cfg.seed + r, "load_before": la, "load_after": _load_avg()})
             if res["torch_threads"] != [cfg.threads]:
                 raise RuntimeError(f"{c}: ran with torch threads {res['torch_threads']}, not {cfg.threads}")

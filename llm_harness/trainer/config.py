@@ -345,6 +345,10 @@ class RunConfig:
     each pass pads less; 0: the whole mini-batch in one pass). The same update up to float rounding
     (``losses.chunk_share``); peak memory falls with the pass size (a BabyAI test-bed update of ~500
     rows x 300 tokens held ~11 GB in one pass). A compute option, so a resume may change it."""
+    packed_forward: bool = False
+    """The trainer's log-prob passes run the projections and MLP on the real tokens only (padding dropped;
+    ``trainer.packed_forward``; Qwen2-family models, right-padded rows). The same log-probs and gradients up
+    to float rounding; a speed option, so a resume may change it. Not with ``rollout.share_prefix``."""
     stop_after: int = 0
     """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
     testing resume."""
@@ -357,6 +361,8 @@ class RunConfig:
         check_number("num_threads", self.num_threads, 0, integer=True)
         if not isinstance(self.static_decode, bool):
             raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
+        if not isinstance(self.packed_forward, bool):
+            raise ValueError(f"packed_forward: must be a bool, got {self.packed_forward!r}")
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         check_number("stop_after", self.stop_after, 0, integer=True)
         check_number("micro_batch_rows", self.micro_batch_rows, 0, integer=True)
@@ -404,6 +410,9 @@ class TrainConfig:
             if not isinstance(v, Mapping) and v is not None:
                 raise ValueError(f"plugins.{k}: params must be a mapping, got {type(v).__name__}")
         object.__setattr__(self, "plugins", {k: dict(v or {}) for k, v in self.plugins.items()})
+        if self.run.packed_forward and self.rollout.share_prefix:
+            raise ValueError("run.packed_forward and rollout.share_prefix: choose one (both change the log-prob pass; "
+                             "share_prefix runs a common prompt prefix once, packed_forward drops the padding)")
         if self.algo.advantage in GROUP_ESTIMATORS and self.algo.collector == "generate" and self.rollout.group_size < 2:
             raise ValueError(
                 f"rollout.group_size: the {self.algo.advantage!r} estimator normalises within a group and needs G >= 2, "

@@ -197,6 +197,12 @@ class Trainer:
         self.replays = [p for p in self.plugins if isinstance(p, RolloutReplay)]
         self.hooks = [p for p in self.plugins if isinstance(p, StepHook)]
         self.objective = OBJECTIVES[cfg.algo.objective]
+        if cfg.run.packed_forward:
+            from llm_harness.trainer.packed_forward import supports
+
+            why = supports(model)
+            if why is not None:
+                raise ValueError(f"run.packed_forward: not available for this model ({why}); set it to false")
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
@@ -381,13 +387,15 @@ class Trainer:
         return sequence_logprobs(
             self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
             temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, share_prefix=r.share_prefix,
+            packed=self.cfg.run.packed_forward,
         )
 
     def _no_grad_logprobs(self, model: Any, batch: TrainBatch) -> torch.Tensor:
         r = self.cfg.rollout
         with torch.no_grad():
             lp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False, share_prefix=r.share_prefix)
+                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False, share_prefix=r.share_prefix,
+                                      packed=self.cfg.run.packed_forward)
         return lp
 
     def _save_bad_batch(self, batch: TrainBatch, step: int, what: str) -> Path:

@@ -18,6 +18,7 @@ import torch
 
 from llm_harness.backends.scoring import chunked_logprobs_entropy, rows_per_chunk
 from llm_harness.tasks import ALPHABET
+from llm_harness.trainer.packed_forward import packed_hidden, right_padded
 from vsr.registry import Registry
 from llm_harness.trainer.config import ModelConfig
 
@@ -153,6 +154,7 @@ def sequence_logprobs(
     with_entropy: bool = True,
     chunk_bytes: int = 64 * 2**20,
     share_prefix: bool = False,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs[B, L-1], entropies[B, L-1] | None)`` of targets ``input_ids[:, 1:]``, filled only
     where ``loss_mask`` is 1 (0 elsewhere). Only masked positions go through the output head.
@@ -161,11 +163,18 @@ def sequence_logprobs(
     every row before its first target run through the decoder once, their cache is expanded to the
     ``B`` rows and ``input_ids[:, n:]`` runs on it (positions ``n..``; gradients flow into the shared
     part once per row, as without sharing). Multi-turn rows all start with the task instruction;
-    the result equals the unshared pass up to float rounding."""
+    the result equals the unshared pass up to float rounding.
+
+    ``packed`` (Qwen2-family models): :func:`~llm_harness.trainer.packed_forward.packed_hidden`, the decoder on
+    the real tokens only, when the rows are right-padded (else the HF forward); not with ``share_prefix``."""
+    if packed and share_prefix:
+        raise ValueError("sequence_logprobs: packed and share_prefix are alternatives; pass one")
     decoder = model.get_decoder()
     head = model.get_output_embeddings()
     n = _shared_length(input_ids, loss_mask) if share_prefix else 0
-    if n == 0:
+    if packed and right_padded(attention_mask):
+        hidden = packed_hidden(model, input_ids, attention_mask)[:, :-1]
+    elif n == 0:
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
     else:
         import inspect

@@ -44,21 +44,22 @@ def test_config_refuses_unknown_or_repeated_contenders():
 def test_interleaved_runs_and_summary(tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "bench.json"
-    cfg = TrlBenchConfig(contenders=("ours", "ours_static", "ours_fast"), repeats=2, steps=1, warmup_steps=1, prompts=2,
+    cfg = TrlBenchConfig(contenders=("ours", "ours_static", "ours_fast", "ours_packed"), repeats=2, steps=1, warmup_steps=1, prompts=2,
                          group_size=2, max_new_tokens=6, eval_problems=0, threads=1, gemm_repeats=2, out=str(out),
                          fast_micro_batch_rows=1)
     assert run(cfg) == 0
     res = json.loads(out.read_text())
-    assert [(r["repeat"], r["contender"]) for r in res["runs"]] == [(0, "ours"), (0, "ours_static"), (0, "ours_fast"),
-                                                                   (1, "ours"), (1, "ours_static"), (1, "ours_fast")]
-    assert [r["seed"] for r in res["runs"]] == [0, 0, 0, 1, 1, 1]
-    assert [(r["static_decode"], r["micro_batch_rows"]) for r in res["runs"][:3]] == [(False, 0), (True, 0), (True, 1)]
+    order = ("ours", "ours_static", "ours_fast", "ours_packed")
+    assert [(r["repeat"], r["contender"]) for r in res["runs"]] == [(i, c) for i in (0, 1) for c in order]
+    assert [r["seed"] for r in res["runs"]] == [0] * 4 + [1] * 4
+    assert [(r["static_decode"], r["micro_batch_rows"], r["packed_forward"]) for r in res["runs"][:4]] == [
+        (False, 0, False), (True, 0, False), (True, 1, False), (True, 0, True)]
     for r in res["runs"]:
         assert r["decode_flops"] > 0 and r["limit_s"] > 0 and r["limit_fraction"] > 0
         assert len(r["load_before"]) == 3 and r["decode_s"] <= r["time_generate_s"] + 1e-9
     s = res["summary"]
-    assert set(s["contenders"]) == {"ours", "ours_static", "ours_fast"}
-    assert list(s["ratios"]) == ["ours/ours_static", "ours/ours_fast"]
+    assert set(s["contenders"]) == set(order)
+    assert list(s["ratios"]) == ["ours/ours_static", "ours/ours_fast", "ours_static/ours_packed"]
     assert len(s["ratios"]["ours/ours_static"]["per_repeat"]) == 2
     for c in ("ours", "ours_static", "ours_fast"):
         q = s["limit_fraction"][c]

@@ -1,0 +1,115 @@
+"""The training forward of a Qwen2-family decoder over packed tokens (SPEC §3.1; opt-in ``run.packed_forward``).
+
+Why: the loss pass runs on right-padded rows (``build_batch``), and on the test bed a third of the
+positions are padding (64 rows of 66-70 columns hold 2,800-3,200 real tokens of 4,200-4,500). The
+projections and the MLP — most of the pass's matrix work — need no padding: they act on each token
+alone. :func:`packed_hidden` runs them on the real tokens only (``[N, hidden]``, N = the tokens the
+attention mask keeps) and scatters q/k/v into the padded ``[rows, heads, columns, head_dim]`` layout only
+for attention, which then reads the real keys only: with right padding, a real query at column t
+attends to columns <= t, all real, so plain causal attention is the padded model's masked attention
+for every real token (pad queries are computed and dropped).
+
+The arithmetic follows ``transformers``' Qwen2 code in the order of
+:mod:`llm_harness.backends.static_decode` (q/k/v and gate/up as one matmul over concatenated weights,
+``F.rms_norm``, RoPE at the token's column, ``scaled_dot_product_attention`` over the kv heads repeated
+as ``repeat_kv`` does), with autograd through the model's own parameters: the same log-probs and
+gradients as the HF forward up to float summation order (tests: ~1e-6 relative).
+
+Supported: what :func:`llm_harness.backends.static_decode.supports` accepts, no attention dropout, and
+right-padded rows (each row's mask a run of ones from column 0); :func:`supports` says why not, and
+``sequence_logprobs`` falls back to the HF forward for rows that are not right-padded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["packed_hidden", "right_padded", "supports"]
+
+
+def supports(model: Any) -> str | None:
+    """None if :func:`packed_hidden` can run ``model``, else the reason it cannot."""
+    from llm_harness.backends.static_decode import supports as decode_supports
+
+    why = decode_supports(model)
+    if why is not None:
+        return why
+    if float(getattr(model.config, "attention_dropout", 0.0) or 0.0) != 0.0:
+        return "attention dropout > 0"
+    return None
+
+
+def right_padded(attention_mask: torch.Tensor) -> bool:
+    """Whether every row's mask is ones from column 0 up to its length, then zeros."""
+    lengths = attention_mask.sum(dim=1, keepdim=True)
+    cols = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None]
+    return bool(torch.equal(attention_mask != 0, cols < lengths))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+
+
+def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Final-norm hidden states ``[rows, columns, hidden]`` of the decoder of ``model`` (a Qwen2
+    ``*ForCausalLM``) on right-padded rows; zeros at padded positions (module doc)."""
+    why = supports(model)
+    if why is not None:
+        raise ValueError(f"model: the packed forward does not support this model ({why})")
+    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)}: "
+                         "expected the same [rows, columns] shape")
+    if not right_padded(attention_mask):
+        raise ValueError("attention_mask: the packed forward needs right-padded rows (ones from column 0, then zeros)")
+    cfg = model.config
+    dec = model.get_decoder()
+    B, L = input_ids.shape
+    hq, hkv = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
+    d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // hq)
+    rep, nq, nk = hq // hkv, hq * d, hkv * d
+    idx = (attention_mask.reshape(-1) != 0).nonzero().squeeze(1)  # flat positions of the real tokens
+    pos = idx % L  # right padding: a token's position is its column (as the HF forward without position ids)
+    x = dec.embed_tokens(input_ids.reshape(-1).index_select(0, idx))  # [N, hidden] (its padding_idx: no gradient)
+    rot = dec.rotary_emb
+    freqs = pos[:, None].float() * rot.inv_freq.float().to(x.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    scale = float(getattr(rot, "attention_scaling", 1.0))
+    cos = (emb.cos() * scale).to(x.dtype)[:, None]  # [N, 1, d]: every head
+    sin = (emb.sin() * scale).to(x.dtype)[:, None]
+    width = (hq + 2 * hkv) * d
+    # additive causal mask, the same for the rep query heads of a kv head: [rep * L, L]
+    causal = torch.full((L, L), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).repeat(rep, 1)
+    for layer in dec.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        projs = (att.q_proj, att.k_proj, att.v_proj)
+        w_qkv = torch.cat([p.weight for p in projs], 0)
+        b_qkv = None
+        if any(p.bias is not None for p in projs):
+            b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
+        h = _rms(layer.input_layernorm, x)
+        qkv = F.linear(h, w_qkv, b_qkv)  # [N, (heads + 2 kv) * d]
+        qk = qkv[:, : nq + nk].reshape(-1, hq + hkv, d)
+        qk = qk * cos + _rotate_half(qk) * sin
+        packed = torch.cat((qk.reshape(-1, nq + nk), qkv[:, nq + nk:]), dim=1)
+        full = packed.new_zeros((B * L, width)).index_copy(0, idx, packed).view(B, L, hq + 2 * hkv, d).transpose(1, 2)
+        # query heads grouped per kv head (head j reads kv head j // rep, as repeat_kv): [B, kv, rep * L, d]
+        q = full[:, :hq].reshape(B, hkv, rep * L, d)
+        k, v = full[:, hq: hq + hkv], full[:, hq + hkv:]
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(att.scaling) + causal  # [B, kv, rep * L, L]
+        a = torch.matmul(torch.softmax(scores, dim=-1), v)  # [B, kv, rep * L, d] = [B, heads, L, d]
+        a = a.view(B, hq, L, d).transpose(1, 2).reshape(B * L, nq).index_select(0, idx)
+        x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
+        h = _rms(layer.post_attention_layernorm, x)
+        gu = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0))
+        inter = gu.shape[-1] // 2
+        x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], mlp.down_proj.weight)
+    x = _rms(dec.norm, x)
+    return x.new_zeros((B * L, x.shape[-1])).index_copy(0, idx, x).view(B, L, -1)

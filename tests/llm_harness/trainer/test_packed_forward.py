@@ -1,0 +1,134 @@
+"""``run.packed_forward``: the decoder on the real tokens only gives the HF forward's log-probs and gradients."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends"))
+from backend_models import tiny_gpt2, tiny_qwen2  # noqa: E402
+
+from llm_harness.trainer.modeling import sequence_logprobs  # noqa: E402
+from llm_harness.trainer.packed_forward import packed_hidden, right_padded, supports  # noqa: E402
+
+MID = Path(__file__).resolve().parents[3] / "llm_harness" / "testbed" / "checkpoints" / "mid"
+
+
+def _batch(vocab: int, rows: int, width: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, width + 1, (rows,), generator=g)
+    lengths[0] = width
+    mask = (torch.arange(width)[None] < lengths[:, None]).long()
+    ids = torch.randint(2, vocab, (rows, width), generator=g) * mask
+    loss = mask.clone()[:, 1:]
+    loss[:, : width // 3] = 0  # targets start after a "prompt"
+    return ids, mask, loss
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hidden_states_and_gradients_equal_the_hf_forward(seed):
+    torch.manual_seed(seed)
+    model = tiny_qwen2(40).train()
+    ids, mask, _ = _batch(40, 7, 13, seed)
+    w = torch.randn(*ids.shape, model.config.hidden_size, generator=torch.Generator().manual_seed(seed + 10))
+    real = mask.bool()
+    out = {}
+    for name in ("hf", "packed"):
+        model.zero_grad(set_to_none=True)
+        if name == "hf":
+            h = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        else:
+            h = packed_hidden(model, ids, mask)
+        (h[real] * w[real]).sum().backward()
+        out[name] = (h.detach(), _grads(model))
+    torch.testing.assert_close(out["packed"][0][real], out["hf"][0][real], rtol=1e-5, atol=1e-5)
+    assert float(out["packed"][0][~real].abs().max()) == 0.0  # padded positions stay zero
+    assert out["packed"][1].keys() == out["hf"][1].keys() and len(out["hf"][1]) > 10
+    for n, g in out["hf"][1].items():  # float32 summation order: differences relative to the gradient's scale
+        assert float((out["packed"][1][n] - g).abs().max()) <= 1e-5 * float(g.abs().max()) + 1e-8, n
+
+
+def test_sequence_logprobs_agree_and_fall_back_on_left_padding():
+    torch.manual_seed(3)
+    model = tiny_qwen2(40).eval()
+    ids, mask, loss = _batch(40, 6, 11, 3)
+    with torch.no_grad():
+        a, ea = sequence_logprobs(model, ids, mask, loss)
+        b, eb = sequence_logprobs(model, ids, mask, loss, packed=True)
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(eb, ea, rtol=1e-5, atol=1e-5)
+    assert float(a[loss == 0].abs().max()) == 0.0 and float(a[loss > 0].abs().min()) > 0
+    left = torch.flip(mask, dims=[1])  # not right-padded: the HF forward runs
+    assert right_padded(mask) and not right_padded(left)
+    with torch.no_grad():
+        c, _ = sequence_logprobs(model, ids, left, loss * left[:, 1:], packed=True)
+        d, _ = sequence_logprobs(model, ids, left, loss * left[:, 1:])
+    assert torch.equal(c, d)
+    with pytest.raises(ValueError, match="right-padded"):
+        packed_hidden(model, ids, left)
+    with pytest.raises(ValueError, match="alternatives"):
+        sequence_logprobs(model, ids, mask, loss, packed=True, share_prefix=True)
+
+
+def test_unsupported_models_and_configs_are_refused(tmp_path):
+    from llm_harness.trainer.config import RolloutConfig, RunConfig, TrainConfig
+    from llm_harness.trainer.testing import make_trainer, tiny_config
+
+    assert supports(tiny_qwen2(40)) is None
+    assert "gpt2" in supports(tiny_gpt2(40))
+    with pytest.raises(ValueError, match="packed forward does not support"):
+        packed_hidden(tiny_gpt2(40), torch.ones((1, 3), dtype=torch.long), torch.ones((1, 3), dtype=torch.long))
+    with pytest.raises(ValueError, match="packed_forward: must be a bool"):
+        RunConfig(run_dir=str(tmp_path), packed_forward=1)
+    with pytest.raises(ValueError, match="choose one"):
+        TrainConfig(run=RunConfig(run_dir=str(tmp_path), packed_forward=True), rollout=RolloutConfig(share_prefix=True))
+    cfg = tiny_config(str(tmp_path / "r"))
+    assert make_trainer(str(tmp_path / "ok"), run=replace(cfg.run, run_dir=str(tmp_path / "ok"), packed_forward=True))
+
+
+def test_training_with_the_packed_forward_logs_the_same_metrics(tmp_path):
+    """Three GRPO steps on a random tiny Qwen2 with and without ``run.packed_forward``: the same samples in step 1,
+    and every metric of the three steps equal up to float rounding (the updates differ in the last bits)."""
+    from llm_harness.trainer.runlog import is_timing_key
+    from llm_harness.trainer.testing import make_trainer, tiny_config
+
+    torch.set_num_threads(1)
+    rows = {}
+    for packed in (False, True):
+        run = replace(tiny_config(str(tmp_path / f"r{packed}")).run, packed_forward=packed)
+        tr = make_trainer(str(tmp_path / f"r{packed}"), run=run)
+        try:
+            rows[packed] = [{k: v for k, v in tr.train_step().items() if not is_timing_key(k)} for _ in range(3)]
+        finally:
+            tr.close()
+    assert any(r["optimizer_steps"] > 0 for r in rows[True])
+    for fast, plain in zip(rows[True], rows[False]):
+        assert sorted(fast) == sorted(plain)
+        for k, v in plain.items():
+            if isinstance(v, float) and v != v:
+                assert fast[k] != fast[k], k
+            elif isinstance(v, float):
+                assert fast[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+            else:
+                assert fast[k] == v, k
+
+
+@pytest.mark.skipif(not (MID / "config.json").is_file(), reason="test-bed checkpoint not present")
+def test_the_test_bed_model_gives_the_same_logprobs():
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(MID, local_files_only=True).float().eval()
+    ids, mask, loss = _batch(int(model.config.vocab_size), 16, 40, 7)
+    with torch.no_grad():
+        a, _ = sequence_logprobs(model, ids, mask, loss)
+        b, _ = sequence_logprobs(model, ids, mask, loss, packed=True)
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=2e-5)
