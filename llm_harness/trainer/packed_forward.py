@@ -11,9 +11,10 @@ for every real token (pad queries are computed and dropped).
 
 The arithmetic follows ``transformers``' Qwen2 code in the order of
 :mod:`llm_harness.backends.static_decode` (q/k/v and gate/up as one matmul over concatenated weights,
-``F.rms_norm``, RoPE at the token's column, ``scaled_dot_product_attention`` over the kv heads repeated
-as ``repeat_kv`` does), with autograd through the model's own parameters: the same log-probs and
-gradients as the HF forward up to float summation order (tests: ~1e-6 relative).
+``F.rms_norm``, RoPE at the token's column, causal attention with query head j reading kv head j // rep
+as ``repeat_kv`` does: two matmuls for short rows on the CPU, ``scaled_dot_product_attention`` otherwise),
+with autograd through the model's own parameters: the same log-probs and gradients as the HF forward up
+to float summation order (tests: ~1e-6 relative).
 
 Supported: what :func:`llm_harness.backends.static_decode.supports` accepts, no attention dropout, and
 right-padded rows (each row's mask a run of ones from column 0); :func:`supports` says why not, and
@@ -27,7 +28,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["packed_hidden", "right_padded", "supports"]
+__all__ = ["MATMUL_ATTENTION_BYTES", "packed_hidden", "right_padded", "supports"]
+
+#: largest score tensor (bytes) of the matmul attention under ``attention="auto"``
+MATMUL_ATTENTION_BYTES = 256 * 2**20
 
 
 def supports(model: Any) -> str | None:
@@ -58,9 +62,15 @@ def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
 
 
-def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                  attention: str = "auto") -> torch.Tensor:
     """Final-norm hidden states ``[rows, columns, hidden]`` of the decoder of ``model`` (a Qwen2
-    ``*ForCausalLM``) on right-padded rows; zeros at padded positions (module doc)."""
+    ``*ForCausalLM``) on right-padded rows; zeros at padded positions (module doc).
+
+    ``attention``: ``matmul`` (two matmuls and a float32 softmax; on the CPU test bed faster than the flash
+    kernel for rows of ~70 tokens, but it holds the ``[rows, heads, L, L]`` scores), ``sdpa``
+    (``scaled_dot_product_attention``, causal), or ``auto``: matmul on the CPU while the scores take at most
+    :data:`MATMUL_ATTENTION_BYTES`, else sdpa."""
     why = supports(model)
     if why is not None:
         raise ValueError(f"model: the packed forward does not support this model ({why})")
@@ -85,8 +95,14 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     cos = (emb.cos() * scale).to(x.dtype)[:, None]  # [N, 1, d]: every head
     sin = (emb.sin() * scale).to(x.dtype)[:, None]
     width = (hq + 2 * hkv) * d
-    # additive causal mask, the same for the rep query heads of a kv head: [rep * L, L]
-    causal = torch.full((L, L), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).repeat(rep, 1)
+    if attention not in ("auto", "matmul", "sdpa"):
+        raise ValueError(f"attention: expected 'auto', 'matmul' or 'sdpa', got {attention!r}")
+    if attention == "auto":  # matmul attention while its score tensor is small (short rows on the CPU test bed)
+        small = B * hq * L * L * x.element_size() <= MATMUL_ATTENTION_BYTES
+        attention = "matmul" if x.device.type == "cpu" and small else "sdpa"
+    causal = None
+    if attention == "matmul":  # additive causal mask, the same for the rep query heads of a kv head: [rep * L, L]
+        causal = torch.full((L, L), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).repeat(rep, 1)
     for layer in dec.layers:
         att, mlp = layer.self_attn, layer.mlp
         projs = (att.q_proj, att.k_proj, att.v_proj)
@@ -100,12 +116,16 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
         qk = qk * cos + _rotate_half(qk) * sin
         packed = torch.cat((qk.reshape(-1, nq + nk), qkv[:, nq + nk:]), dim=1)
         full = packed.new_zeros((B * L, width)).index_copy(0, idx, packed).view(B, L, hq + 2 * hkv, d).transpose(1, 2)
-        # query heads grouped per kv head (head j reads kv head j // rep, as repeat_kv): [B, kv, rep * L, d]
-        q = full[:, :hq].reshape(B, hkv, rep * L, d)
         k, v = full[:, hq: hq + hkv], full[:, hq + hkv:]
-        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(att.scaling) + causal  # [B, kv, rep * L, L]
-        a = torch.matmul(torch.softmax(scores, dim=-1), v)  # [B, kv, rep * L, d] = [B, heads, L, d]
-        a = a.view(B, hq, L, d).transpose(1, 2).reshape(B * L, nq).index_select(0, idx)
+        if causal is not None:
+            # query heads grouped per kv head (head j reads kv head j // rep, as repeat_kv): [B, kv, rep * L, d]
+            q = full[:, :hq].reshape(B, hkv, rep * L, d)
+            scores = torch.matmul(q, k.transpose(-1, -2)).mul_(att.scaling) + causal  # [B, kv, rep * L, L]
+            a = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)  # = [B, heads, L, d]
+        else:
+            a = F.scaled_dot_product_attention(full[:, :hq], k.repeat_interleave(rep, dim=1),
+                                               v.repeat_interleave(rep, dim=1), is_causal=True, scale=att.scaling)
+        a = a.reshape(B, hq, L, d).transpose(1, 2).reshape(B * L, nq).index_select(0, idx)
         x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
         h = _rms(layer.post_attention_layernorm, x)
         gu = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0))

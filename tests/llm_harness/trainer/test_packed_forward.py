@@ -33,8 +33,8 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_hidden_states_and_gradients_equal_the_hf_forward(seed):
+@pytest.mark.parametrize("seed, attention", [(0, "auto"), (1, "matmul"), (2, "sdpa")])
+def test_hidden_states_and_gradients_equal_the_hf_forward(seed, attention):
     torch.manual_seed(seed)
     model = tiny_qwen2(40).train()
     ids, mask, _ = _batch(40, 7, 13, seed)
@@ -46,7 +46,7 @@ def test_hidden_states_and_gradients_equal_the_hf_forward(seed):
         if name == "hf":
             h = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         else:
-            h = packed_hidden(model, ids, mask)
+            h = packed_hidden(model, ids, mask, attention=attention)
         (h[real] * w[real]).sum().backward()
         out[name] = (h.detach(), _grads(model))
     torch.testing.assert_close(out["packed"][0][real], out["hf"][0][real], rtol=1e-5, atol=1e-5)
@@ -74,6 +74,8 @@ def test_sequence_logprobs_agree_and_fall_back_on_left_padding():
     assert torch.equal(c, d)
     with pytest.raises(ValueError, match="right-padded"):
         packed_hidden(model, ids, left)
+    with pytest.raises(ValueError, match="attention"):
+        packed_hidden(model, ids, mask, attention="flash")
     with pytest.raises(ValueError, match="alternatives"):
         sequence_logprobs(model, ids, mask, loss, packed=True, share_prefix=True)
 
