@@ -155,7 +155,30 @@ def contract_checks(device: str, testbed_path: Path) -> dict:
         assert dgap <= LOGPROB_ATOL, f"entropy vs direct softmax: {dgap:.3g}"
         return {"logprob_gap": gap, "entropy_gap": egap, "entropy_vs_direct": dgap}
 
+    def packed_forward():
+        # run.packed_forward on the device (attention "auto" is sdpa off the CPU): log-probs and gradients as HF's
+        from llm_harness.trainer.modeling import sequence_logprobs
+
+        model = _tiny_qwen2(50, 5, device).train()
+        g = torch.Generator().manual_seed(5)
+        lengths = torch.randint(3, 17, (9,), generator=g)
+        mask = (torch.arange(16)[None] < lengths[:, None]).long()
+        ids = (torch.randint(2, 50, (9, 16), generator=g) * mask).to(device)
+        mask = mask.to(device)
+        loss = mask[:, 1:].float()
+        res = {}
+        for packed in (False, True):
+            model.zero_grad(set_to_none=True)
+            lp, _ = sequence_logprobs(model, ids, mask, loss, packed=packed, with_entropy=False)
+            lp.sum().backward()
+            res[packed] = (lp.detach(), [p.grad.detach().clone() for p in model.parameters()])
+        gap = float((res[True][0] - res[False][0]).abs().max())
+        ggap = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-12)) for a, b in zip(res[True][1], res[False][1]))
+        assert gap <= LOGPROB_ATOL and ggap <= 1e-3, f"packed vs HF forward: logprob gap {gap:.3g}, gradient gap {ggap:.3g}"
+        return {"logprob_gap": gap, "relative_gradient_gap": ggap}
+
     record("behaviour_logprobs_equal_score_random_qwen2", logprobs_random_model)
+    record("packed_forward_matches_hf_forward", packed_forward)
     record("behaviour_logprobs_equal_score_testbed", logprobs_testbed_model)
     record("same_seed_same_samples", seeds)
     record("prefix_continuation_returns_new_tokens_only", prefix)
