@@ -171,6 +171,8 @@ def contract_checks(device: str, testbed_path: Path) -> dict:
             model.zero_grad(set_to_none=True)
             lp, _ = sequence_logprobs(model, ids, mask, loss, packed=packed, with_entropy=False)
             lp.sum().backward()
+            missing = [n for n, p in model.named_parameters() if p.grad is None]
+            assert not missing, f"packed={packed}: no gradient for {missing}"
             res[packed] = (lp.detach(), [p.grad.detach().clone() for p in model.parameters()])
         gap = float((res[True][0] - res[False][0]).abs().max())
         ggap = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-12)) for a, b in zip(res[True][1], res[False][1]))

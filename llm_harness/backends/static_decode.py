@@ -39,11 +39,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["StaticQwen2Decoder", "supports"]
+__all__ = ["StaticQwen2Decoder", "fused_projections", "qwen2_rms_norm", "rotate_half", "supports"]
 
 
-def supports(model: Any) -> str | None:
-    """None if :class:`StaticQwen2Decoder` can run ``model``, else the reason it cannot."""
+def supports(model: Any, *, attention: bool = True) -> str | None:
+    """None if :class:`StaticQwen2Decoder` can run ``model``, else the reason it cannot (``attention=False``: do not
+    check the model's attention implementation, for code that computes attention itself from the weights)."""
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) != "qwen2":
         return f"model_type {getattr(cfg, 'model_type', None)!r} is not qwen2"
@@ -57,9 +58,36 @@ def supports(model: Any) -> str | None:
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"hidden_act {cfg.hidden_act!r} is not silu"
     impl = getattr(cfg, "_attn_implementation", "sdpa")
-    if impl not in ("sdpa", "eager", None):
+    if attention and impl not in ("sdpa", "eager", None):
         return f"attention implementation {impl!r}"
     return None
+
+
+def fused_projections(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(W_qkv, b_qkv, W_gate_up)``: a Qwen2 layer's q/k/v and gate/up projections as one matrix each
+    (``torch.cat`` of the parameters: under autograd the gradients flow back to them)."""
+    att, mlp = layer.self_attn, layer.mlp
+    projs = (att.q_proj, att.k_proj, att.v_proj)
+    w_qkv = torch.cat([p.weight for p in projs], 0)
+    b_qkv = None
+    if any(p.bias is not None for p in projs):
+        b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
+    return w_qkv, b_qkv, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0)
+
+
+def qwen2_rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
+    """transformers' ``Qwen2RMSNorm``: ``w * (x * rsqrt(mean(x^2) + eps))`` in float32, rounded to ``x``'s dtype
+    before the weight multiplies. In float32 one fused ``F.rms_norm`` (bit-identical); otherwise as HF rounds."""
+    eps = norm.variance_epsilon
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+    return norm.weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """RoPE's rotation of the last dimension's halves: ``(-x2, x1)``."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class StaticQwen2Decoder:
@@ -87,7 +115,7 @@ class StaticQwen2Decoder:
         self.attention_scaling = float(getattr(rot, "attention_scaling", 1.0))
         self.inv_freq = rot.inv_freq.float()
         self.keys, self.values, self.used = keys, values, int(used)
-        self._fused = [self._fuse(layer) for layer in self.layers]  # copies: rebuilt per decoder (weights change)
+        self._fused = [fused_projections(layer) for layer in self.layers]  # copies: rebuilt per decoder (weights change)
 
     @classmethod
     def from_cache(cls, model: Any, cache: Any, extra: int) -> "StaticQwen2Decoder":
@@ -119,27 +147,6 @@ class StaticQwen2Decoder:
         self.keys = [k.index_select(0, keep) for k in self.keys]
         self.values = [v.index_select(0, keep) for v in self.values]
 
-    @staticmethod
-    def _fuse(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """``(W_qkv, b_qkv, W_gate_up)``: the layer's q/k/v and gate/up projections as one matrix each."""
-        att, mlp = layer.self_attn, layer.mlp
-        projs = (att.q_proj, att.k_proj, att.v_proj)
-        w_qkv = torch.cat([p.weight for p in projs], 0)
-        b_qkv = None
-        if any(p.bias is not None for p in projs):
-            b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
-        return w_qkv, b_qkv, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0)
-
-    @staticmethod
-    def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
-        # transformers' Qwen2RMSNorm (float32 here): w * (x * rsqrt(mean(x^2) + eps)), one fused op
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-
-    @staticmethod
-    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
     def step(self, tok: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Final hidden state ``[rows, hidden]`` after feeding ``tok[rows]`` at positions ``pos[rows]``.
 
@@ -164,10 +171,10 @@ class StaticQwen2Decoder:
         for li, layer in enumerate(self.layers):
             w_qkv, b_qkv, w_gu = self._fused[li]
             att = layer.self_attn
-            h = self._rms(layer.input_layernorm, x)
+            h = qwen2_rms_norm(layer.input_layernorm, x)
             qkv = F.linear(h, w_qkv, b_qkv)  # [b, (heads + 2 kv) * d]
             qk = qkv[:, : nq + nk].reshape(b, hq + hkv, d)
-            qk = qk * cos + self._rotate_half(qk) * sin  # RoPE on q and k heads alike
+            qk = qk * cos + rotate_half(qk) * sin  # RoPE on q and k heads alike
             self.keys[li][:, :, c] = qk[:, hq:]
             self.values[li][:, :, c] = qkv[:, nq + nk :].view(b, hkv, d)
             # one query token: query heads grouped per kv head (head j reads kv head j // rep); the
@@ -178,9 +185,9 @@ class StaticQwen2Decoder:
             scores = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=self.scaling)
             a = torch.bmm(torch.softmax(scores, dim=-1), vv).reshape(b, nq)
             x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
-            h = self._rms(layer.post_attention_layernorm, x)
+            h = qwen2_rms_norm(layer.post_attention_layernorm, x)
             gu = F.linear(h, w_gu)
             inter = gu.shape[-1] // 2
             x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.mlp.down_proj.weight)
         self.used = c + 1
-        return self._rms(self.final_norm, x)
+        return qwen2_rms_norm(self.final_norm, x)

@@ -348,7 +348,8 @@ class RunConfig:
     packed_forward: bool = False
     """The trainer's log-prob passes run the projections and MLP on the real tokens only (padding dropped;
     ``trainer.packed_forward``; Qwen2-family models, right-padded rows). The same log-probs and gradients up
-    to float rounding; a speed option, so a resume may change it. Not with ``rollout.share_prefix``."""
+    to float rounding; a speed option, so a resume may change it. With ``rollout.share_prefix`` the sampling still
+    shares the prompt prefix and the log-prob passes are packed instead."""
     stop_after: int = 0
     """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
     testing resume."""
@@ -410,9 +411,6 @@ class TrainConfig:
             if not isinstance(v, Mapping) and v is not None:
                 raise ValueError(f"plugins.{k}: params must be a mapping, got {type(v).__name__}")
         object.__setattr__(self, "plugins", {k: dict(v or {}) for k, v in self.plugins.items()})
-        if self.run.packed_forward and self.rollout.share_prefix:
-            raise ValueError("run.packed_forward and rollout.share_prefix: choose one (both change the log-prob pass; "
-                             "share_prefix runs a common prompt prefix once, packed_forward drops the padding)")
         if self.algo.advantage in GROUP_ESTIMATORS and self.algo.collector == "generate" and self.rollout.group_size < 2:
             raise ValueError(
                 f"rollout.group_size: the {self.algo.advantage!r} estimator normalises within a group and needs G >= 2, "

@@ -386,15 +386,16 @@ class Trainer:
         r = self.cfg.rollout
         return sequence_logprobs(
             self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, share_prefix=r.share_prefix,
-            packed=self.cfg.run.packed_forward,
+            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy,
+            share_prefix=r.share_prefix and not self.cfg.run.packed_forward, packed=self.cfg.run.packed_forward,
         )
 
     def _no_grad_logprobs(self, model: Any, batch: TrainBatch) -> torch.Tensor:
         r = self.cfg.rollout
         with torch.no_grad():
             lp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False, share_prefix=r.share_prefix,
+                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False,
+                                      share_prefix=r.share_prefix and not self.cfg.run.packed_forward,
                                       packed=self.cfg.run.packed_forward)
         return lp
 

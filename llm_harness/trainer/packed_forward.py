@@ -1,7 +1,8 @@
 """The training forward of a Qwen2-family decoder over packed tokens (SPEC §3.1; opt-in ``run.packed_forward``).
 
-Why: the loss pass runs on right-padded rows (``build_batch``), and on the test bed a third of the
-positions are padding (64 rows of 66-70 columns hold 2,800-3,200 real tokens of 4,200-4,500). The
+Why: the loss pass runs on right-padded rows (``build_batch``), and on the test bed about a third of the
+positions are padding (four updates of the trainer benchmark's setting: 64-72 % of 40-64 rows x 66-70
+columns real). The
 projections and the MLP — most of the pass's matrix work — need no padding: they act on each token
 alone. :func:`packed_hidden` runs them on the real tokens only (``[N, hidden]``, N = the tokens the
 attention mask keeps) and scatters q/k/v into the padded ``[rows, heads, columns, head_dim]`` layout only
@@ -14,9 +15,12 @@ The arithmetic follows ``transformers``' Qwen2 code in the order of
 ``F.rms_norm``, RoPE at the token's column, causal attention with query head j reading kv head j // rep
 as ``repeat_kv`` does: two matmuls for short rows on the CPU, ``scaled_dot_product_attention`` otherwise),
 with autograd through the model's own parameters: the same log-probs and gradients as the HF forward up
-to float summation order (tests: ~1e-6 relative).
+to float summation order (tests: ~1e-6 relative in float32; in bfloat16 both paths are off the float32
+result by rounding of the same size, 0.025-0.03 in hidden states of magnitude ~3, and off each other by
+0.016-0.03).
 
-Supported: what :func:`llm_harness.backends.static_decode.supports` accepts, no attention dropout, and
+Supported: what :func:`llm_harness.backends.static_decode.supports` accepts (any attention implementation:
+attention is computed here), no attention dropout, and
 right-padded rows (each row's mask a run of ones from column 0); :func:`supports` says why not, and
 ``sequence_logprobs`` falls back to the HF forward for rows that are not right-padded.
 """
@@ -28,17 +32,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from llm_harness.backends.static_decode import fused_projections, qwen2_rms_norm, rotate_half
+from llm_harness.backends.static_decode import supports as decode_supports
+
 __all__ = ["MATMUL_ATTENTION_BYTES", "packed_hidden", "right_padded", "supports"]
 
-#: largest score tensor (bytes) of the matmul attention under ``attention="auto"``
+#: most bytes the matmul attention's float32 scores may take over all layers under ``attention="auto"``
 MATMUL_ATTENTION_BYTES = 256 * 2**20
 
 
 def supports(model: Any) -> str | None:
     """None if :func:`packed_hidden` can run ``model``, else the reason it cannot."""
-    from llm_harness.backends.static_decode import supports as decode_supports
-
-    why = decode_supports(model)
+    why = decode_supports(model, attention=False)  # attention is computed here, whatever the model's implementation
     if why is not None:
         return why
     if float(getattr(model.config, "attention_dropout", 0.0) or 0.0) != 0.0:
@@ -53,24 +58,15 @@ def right_padded(attention_mask: torch.Tensor) -> bool:
     return bool(torch.equal(attention_mask != 0, cols < lengths))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _rms(norm: Any, x: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-
-
 def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                   attention: str = "auto") -> torch.Tensor:
     """Final-norm hidden states ``[rows, columns, hidden]`` of the decoder of ``model`` (a Qwen2
     ``*ForCausalLM``) on right-padded rows; zeros at padded positions (module doc).
 
     ``attention``: ``matmul`` (two matmuls and a float32 softmax; on the CPU test bed faster than the flash
-    kernel for rows of ~70 tokens, but it holds the ``[rows, heads, L, L]`` scores), ``sdpa``
-    (``scaled_dot_product_attention``, causal), or ``auto``: matmul on the CPU while the scores take at most
-    :data:`MATMUL_ATTENTION_BYTES`, else sdpa."""
+    kernel for rows of ~70 tokens, but autograd keeps every layer's float32 ``[rows, heads, L, L]`` scores),
+    ``sdpa`` (``scaled_dot_product_attention``, causal), or ``auto``: matmul on the CPU while those scores take at
+    most :data:`MATMUL_ATTENTION_BYTES`, else sdpa."""
     why = supports(model)
     if why is not None:
         raise ValueError(f"model: the packed forward does not support this model ({why})")
@@ -97,23 +93,20 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     width = (hq + 2 * hkv) * d
     if attention not in ("auto", "matmul", "sdpa"):
         raise ValueError(f"attention: expected 'auto', 'matmul' or 'sdpa', got {attention!r}")
-    if attention == "auto":  # matmul attention while its score tensor is small (short rows on the CPU test bed)
-        small = B * hq * L * L * x.element_size() <= MATMUL_ATTENTION_BYTES
+    if attention == "auto":  # matmul attention while its scores are small (short rows on the CPU test bed)
+        # float32 scores [B, heads, L, L], kept by autograd for every layer
+        small = B * hq * L * L * 4 * len(dec.layers) <= MATMUL_ATTENTION_BYTES
         attention = "matmul" if x.device.type == "cpu" and small else "sdpa"
     causal = None
     if attention == "matmul":  # additive causal mask, the same for the rep query heads of a kv head: [rep * L, L]
         causal = torch.full((L, L), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).repeat(rep, 1)
     for layer in dec.layers:
         att, mlp = layer.self_attn, layer.mlp
-        projs = (att.q_proj, att.k_proj, att.v_proj)
-        w_qkv = torch.cat([p.weight for p in projs], 0)
-        b_qkv = None
-        if any(p.bias is not None for p in projs):
-            b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
-        h = _rms(layer.input_layernorm, x)
+        w_qkv, b_qkv, w_gu = fused_projections(layer)
+        h = qwen2_rms_norm(layer.input_layernorm, x)
         qkv = F.linear(h, w_qkv, b_qkv)  # [N, (heads + 2 kv) * d]
         qk = qkv[:, : nq + nk].reshape(-1, hq + hkv, d)
-        qk = qk * cos + _rotate_half(qk) * sin
+        qk = qk * cos + rotate_half(qk) * sin
         packed = torch.cat((qk.reshape(-1, nq + nk), qkv[:, nq + nk:]), dim=1)
         full = packed.new_zeros((B * L, width)).index_copy(0, idx, packed).view(B, L, hq + 2 * hkv, d).transpose(1, 2)
         k, v = full[:, hq: hq + hkv], full[:, hq + hkv:]
@@ -127,9 +120,9 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
                                                v.repeat_interleave(rep, dim=1), is_causal=True, scale=att.scaling)
         a = a.reshape(B, hq, L, d).transpose(1, 2).reshape(B * L, nq).index_select(0, idx)
         x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
-        h = _rms(layer.post_attention_layernorm, x)
-        gu = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0))
+        h = qwen2_rms_norm(layer.post_attention_layernorm, x)
+        gu = F.linear(h, w_gu)
         inter = gu.shape[-1] // 2
         x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], mlp.down_proj.weight)
-    x = _rms(dec.norm, x)
+    x = qwen2_rms_norm(dec.norm, x)
     return x.new_zeros((B * L, x.shape[-1])).index_copy(0, idx, x).view(B, L, -1)
