@@ -21,7 +21,8 @@ Suites (each sized to fit 2 hours on 2 cores; ``vsr compare --suite NAME``):
   ablation (Table 6): 10 arms; sections ``extra_tables`` (Holm within each table, on pass@1 and on
   pass@16), ``passk`` (pass@k, k = 1..16), ``extra_dynamics`` (Fig. 2: policy entropy and novelty bonus
   over training), ``prompt_efficiency`` (Fig. 3: cumulative prompt instances vs held-out pass@16).
-* ``extra_gamma`` (Table 5) and ``extra_signal`` (Table 6) — one table each.
+* ``extra_gamma`` (Table 5), ``extra_signal`` (Table 6) and ``extra_main`` (Table 1: DAPO, ExTra-R / -N / full
+  against GRPO, 16 seeds) — one table each.
 
 Every suite also has the ``eval_metrics`` section: length by correctness, Distinct-4, Self-BLEU-4,
 LogDet and AES against GRPO from the runs' final validation rows (keys read defensively: a metric the
@@ -214,7 +215,7 @@ _EXTRA_SECTIONS = ("pool", "extra_tables", "passk", "extra_dynamics", "prompt_ef
 
 
 #: the ExTra suites (one regime, one pool): they share their GRPO and ExTra runs by record
-EXTRA_SUITES = ("extra", "extra_gamma", "extra_signal")
+EXTRA_SUITES = ("extra", "extra_gamma", "extra_signal", "extra_main")
 
 
 def _extra_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], sizes: Mapping[str, int]) -> Suite:
@@ -227,6 +228,10 @@ _EXTRA_SIZES = {"steps": 80, "eval_problems": 128, "eval_k": 16, "eval_every": 2
 _extra_suite("extra", [m.name for m in EXTRA_METHODS[1:]], EXTRA_TABLES[0].arms, {"seeds": 6, **_EXTRA_SIZES})
 _extra_suite("extra_gamma", EXTRA_TABLES[1].arms, EXTRA_TABLES[1].arms, {"seeds": 10, **_EXTRA_SIZES})
 _extra_suite("extra_signal", EXTRA_TABLES[2].arms, EXTRA_TABLES[2].arms, {"seeds": 15, **_EXTRA_SIZES})
+#: ExTra Table 1 (the headline: DAPO and the mechanism decomposition against GRPO, pass@1 and pass@16) at the seeds
+#: that give 80 % power at 2 pp; run after the other three, it restores GRPO and ExTra (full) for seeds 0-14, ExTra-R
+#: for 0-9 and DAPO / ExTra-N for 0-5, and trains the rest (about 28 runs)
+_extra_suite("extra_main", EXTRA_TABLES[0].arms, EXTRA_TABLES[0].arms, {"seeds": 16, **_EXTRA_SIZES})
 
 
 # ---------------------------------------------------------------------------------------------- sizing

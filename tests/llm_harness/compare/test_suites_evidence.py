@@ -23,7 +23,7 @@ from llm_harness.trainer.loop import check_registries
 from vsr.config_io import from_dict
 
 REPLAY_SUITES = ("replay", "replay_tau", "replay_priority", "replay_ratio", "replay_aes")
-EXTRA_SUITES = ("extra", "extra_gamma", "extra_signal")
+EXTRA_SUITES = ("extra", "extra_gamma", "extra_signal", "extra_main")
 
 
 def _parse_plugins(tc: TrainConfig) -> dict:
@@ -99,9 +99,24 @@ def test_tables_name_suite_arms_and_table13_is_twelve_fresh_anchored_configurati
     assert set(SUITES["replay_aes"].shares_records_with) == {"replay_tau", "replay_priority", "replay_ratio"}
 
 
-@pytest.mark.parametrize("suite", tuple(s for s in REPLAY_SUITES if s != "replay_aes") + EXTRA_SUITES)
+@pytest.mark.parametrize("suite", tuple(s for s in REPLAY_SUITES + EXTRA_SUITES if s not in ("replay_aes", "extra_main")))
 def test_each_suite_fits_two_hours_on_two_cores(suite):
     assert ev.estimated_hours(suite, workers=2) <= 2.0
+
+
+def test_extra_table1_suite_is_the_headline_family_and_fits_after_its_siblings():
+    """``extra_main`` is ExTra Table 1 at 16 seeds: alone it would exceed 2 hours; after the other ExTra suites it
+    trains DAPO / ExTra-N beyond seed 5, ExTra-R beyond seed 9 and GRPO / ExTra beyond seed 14."""
+    from llm_harness.compare.runner import CompareConfig as C
+
+    s = SUITES["extra_main"]
+    assert s.family() == ev.EXTRA_TABLES[0].arms and s.sizes["seeds"] == 16
+    assert set(s.shares_records_with) == {"extra", "extra_gamma", "extra_signal"}
+    assert ev.estimated_hours("extra_main") > 2.0 and ev.estimated_hours("extra_main", after_siblings=True) <= 1.0
+    shared = {j.fingerprint for sib in s.shares_records_with for j in plan_jobs(C(suite=sib, out=Path(f"/nonexistent/{sib}")))}
+    left = {(j.method, j.seed) for j in plan_jobs(C(suite="extra_main", out=Path("/nonexistent/extra_main"))) if j.fingerprint not in shared}
+    assert left == ({(m, sd) for m in ("dapo", "extra_n") for sd in range(6, 16)} | {("extra_r", sd) for sd in range(10, 16)}
+                    | {(m, 15) for m in ("grpo", "extra_full", "base")})
 
 
 def test_table13_suite_fits_two_hours_after_the_per_table_suites():
@@ -249,7 +264,7 @@ def test_final_eval_reads_the_last_evaluation_and_the_base_job(tmp_path):
 @pytest.mark.parametrize("suite,arms", [pytest.param(s, a, id=s) for s, a in (
     ("replay", ("grpo", "abs")), ("replay_tau", ("grpo", "abs_tau60")), ("replay_priority", ("grpo", "sigma_query")),
     ("replay_ratio", ("grpo", "abs_r1_alpha1")), ("replay_aes", ("grpo", "uniform_rollout_tau1")), ("extra", ("grpo", "extra_full")), ("extra_gamma", ("grpo", "gamma5")),
-    ("extra_signal", ("ngram4", "surprise")))])
+    ("extra_signal", ("ngram4", "surprise")), ("extra_main", ("dapo", "extra_n")))])
 def test_smoke_run(suite, arms, tmp_path):
     cfg = CompareConfig(suite=suite, quick=True, methods=arms, out=tmp_path, workers=1)
     assert run(cfg) == 0
