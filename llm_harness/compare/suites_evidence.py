@@ -28,23 +28,23 @@ Every suite also has the ``eval_metrics`` section: length by correctness, Distin
 LogDet and AES against GRPO from the runs' final validation rows (keys read defensively: a metric the
 trainer does not log is shown as "–").
 
-Sizing (:data:`COST`, :func:`estimated_hours`; all suites at 80 updates, replay held-out 128 problems × 8
-samples, ExTra 128 × 16, evaluated every 20 updates): ``replay`` 17 arms × 4 seeds (1.8 h), ``replay_tau`` and
-``replay_ratio`` 5 × 14 (1.9 h), ``replay_priority`` 7 × 10 (1.9 h), ``extra`` 10 × 6 (1.9 h), ``extra_gamma``
-6 × 10 (1.85 h), ``extra_signal`` 4 × 15 (1.9 h), on 2 otherwise idle cores. Power for a 2-point difference
-at Holm's first step, assuming a seed-to-seed sd of the paired difference of 2 pp (the median over the 17
-contrasts of the committed ``testbed`` comparison; 1.3 pp over its replay/ExTra contrasts alone): 0.78
-(``replay_tau``, ``replay_ratio``), 0.86 (``extra_signal``), 0.50 (``replay_priority``, ``extra_gamma``),
-0.23 (``extra``), 0.12 (``replay``: its point is Table 13's ranking and the shared runs); at 1.3 pp: 0.99 /
-1.0 / 0.91 / 0.55 / 0.27. 80 % at 2 pp needs 14-16 seeds per table. The report prints the power at the
-spread it measured.
+Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed records by
+``benchmarks/suite_cost.py``: the model is 0.84-1.22x the measured wall time per arm, median 1.10; all suites at 80
+updates, replay held-out 128 problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after
+the siblings' records, on 2 otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22
+(1.4 / 0.5 h), ``replay_ratio`` 5 × 23 (1.55 / 0.7 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes``
+13 × 10 (1.7 / 0.3 h), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 10 (0.8 / 0.2 h), ``extra_signal`` 4 × 15
+(0.8 / 0.25 h), ``extra_main`` 5 × 16 (1.1 / 0.4 h). The per-table suites' seed counts are the ones their own
+reports measured as needed for 80 % power at a 2-point difference at Holm's first step (paired sd 2.2-2.6 pp);
+``extra_gamma`` (20 needed) and ``replay_aes`` (26) are not there yet; ``replay`` and ``extra`` (4 and 6 seeds) hold
+every arm of the papers' tables in one run and are not powered. Every report prints the power at the spread it
+measured.
 
 Shared runs. The per-table suites of one paper train in one regime on one pool, so their common arms are the
-same jobs (same fingerprint): ``replay_tau``, ``replay_priority`` and ``replay_ratio`` share GRPO and ``abs``;
-``extra``, ``extra_gamma`` and ``extra_signal`` share GRPO and ExTra (full) (``Suite.shares_records_with``). A
-suite restores its siblings' matching records before training, so run in the order above, ``replay_ratio`` trains
-42 runs instead of 70 (≈ 1.15 h), ``replay_priority`` 50 instead of 70 (≈ 1.35 h) and ``extra_signal`` 40 instead
-of 60 (≈ 1.25 h).
+same jobs (same fingerprint): ``replay_tau``, ``replay_priority`` and ``replay_ratio`` share GRPO and ``abs``, and
+``replay_aes`` every arm of theirs; ``extra_gamma``, ``extra_signal`` and ``extra_main`` share GRPO, ExTra-R and
+ExTra (full) (``Suite.shares_records_with``; ``extra`` predates records). A suite restores its siblings' matching
+records before training.
 
 Departures from the papers (the test bed is a 1M-parameter model on step arithmetic):
 
@@ -72,8 +72,8 @@ from llm_harness.compare.stats import holm, paired_contrast, paired_power
 from llm_harness.compare.suite import SUITES, Method, PoolSpec, Regime, Suite, register_suite
 from vsr.atomic import save_figure, write_text
 
-__all__ = ["COST", "EXTRA_METHODS", "EXTRA_TABLES", "MID_POOL", "REPLAY_METHODS", "REPLAY_TABLES", "REPLAY_AES_CONFIGS",
-           "TableSpec", "estimated_hours", "final_eval", "table_rows"]
+__all__ = ["COST", "EVIDENCE_SUITES", "EXTRA_METHODS", "EXTRA_TABLES", "MID_POOL", "REPLAY_METHODS", "REPLAY_TABLES", "REPLAY_AES_CONFIGS",
+           "TableSpec", "estimated_hours", "final_eval", "job_seconds", "table_rows"]
 
 #: the pool both regimes train on: 64 prompts of the normal split the `mid` checkpoint does not solve in all
 #: of 4 samples at T = 1 (probe: 85 of 96 candidates qualify; 44 % of the pool unsolved in 4 samples)
@@ -170,11 +170,11 @@ def _replay_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], size
 _REPLAY_SIZES = {"steps": 80, "eval_problems": 128, "eval_k": 8, "eval_every": 20}
 _replay_suite("replay", [m.name for m in REPLAY_METHODS[1:]], ("abs", "uniform_query_pool", "sigma_query_pool"),
               {"seeds": 4, **_REPLAY_SIZES})
-_replay_suite("replay_tau", REPLAY_TABLES[1].arms, REPLAY_TABLES[1].arms, {"seeds": 14, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
+_replay_suite("replay_tau", REPLAY_TABLES[1].arms, REPLAY_TABLES[1].arms, {"seeds": 22, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
               REPLAY_TABLE_SUITES)
 _replay_suite("replay_priority", ("abs", "abs_pool", "uniform_query", "uniform_rollout", "sigma_query", "sigma_rollout"),
-              REPLAY_TABLES[3].arms, {"seeds": 10, **_REPLAY_SIZES}, _REPLAY_REGIME_LR, REPLAY_TABLE_SUITES)
-_replay_suite("replay_ratio", REPLAY_TABLES[4].arms, REPLAY_TABLES[4].arms, {"seeds": 14, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
+              REPLAY_TABLES[3].arms, {"seeds": 23, **_REPLAY_SIZES}, _REPLAY_REGIME_LR, REPLAY_TABLE_SUITES)
+_replay_suite("replay_ratio", REPLAY_TABLES[4].arms, REPLAY_TABLES[4].arms, {"seeds": 23, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
               REPLAY_TABLE_SUITES)
 #: Table 13 at the per-table suites' regime and seeds: 10 of its 12 configurations are restored from their records
 #: (seeds 0-9), so it trains only the two uniform-rollout τ variants (20 runs) when run after them
@@ -233,17 +233,42 @@ _extra_suite("extra_signal", EXTRA_TABLES[2].arms, EXTRA_TABLES[2].arms, {"seeds
 #: for 0-9 and DAPO / ExTra-N for 0-5, and trains the rest (about 28 runs)
 _extra_suite("extra_main", EXTRA_TABLES[0].arms, EXTRA_TABLES[0].arms, {"seeds": 16, **_EXTRA_SIZES})
 
+#: every suite this module registers
+EVIDENCE_SUITES = ("replay", *REPLAY_TABLE_SUITES, *EXTRA_SUITES)
+
 
 # ---------------------------------------------------------------------------------------------- sizing
 
-#: Cost model of the suites (CPU seconds at one torch thread), from one timing probe (issue 14): 10 updates of
-#: ``replay_abs`` and of ``extra_full`` on the pool, then one evaluation of 1,024 sequences each, on the 2-core
-#: machine while a long comparison ran (load average 5.5-7): wall 3.76 / 3.96 s per update and 14.2 / 13.4 s per
-#: evaluation at a measured 33 % CPU share, i.e. about 1.25 / 1.3 CPU-s per update and 4.6 ms per evaluated
-#: sequence. The constants add a 1.5x margin (replay r = 1 trains on twice the replayed rollouts; ExTra-R's
-#: scoring pass); a config that redraws (``algo.max_gen_rounds > 1``, DAPO) costs ``redraw_factor`` x per update
-#: (testbed report: DAPO 1.42 s vs GRPO 1.20 s per step). ``startup_s`` covers spawn, imports, model load, save.
-COST = {"update_s": 1.9, "redraw_factor": 1.5, "eval_seq_s": 0.0068, "startup_s": 10.0}
+#: Cost model of the suites (wall seconds of one run at one torch thread, 2 runs on 2 otherwise idle cores), fitted
+#: to the committed records (``benchmarks/suite_cost.py`` prints the medians it comes from, 2026-12-03): a GRPO update
+#: takes 0.64-0.74 s; replay trains ``1 + r`` times the fresh rows, and an update costs ``1 + replay_row_share x r``
+#: times GRPO's (r 0.5: 0.85-0.90 s, r 1: 1.09-1.13 s); ExTra's scoring passes add ``plugin_factor`` (0.79-0.88 s);
+#: a config that redraws (``algo.max_gen_rounds > 1`` with the zero-variance filter, DAPO) costs ``redraw_factor``
+#: (DAPO 1.12-1.18x GRPO in the ``extra`` and ``testbed`` reports); one evaluated sequence 2.7-3.4 ms;
+#: ``startup_s``: spawn, imports, model load, saving (0.6-1.6 s inside the run, the rest outside it).
+#: The previous constants (1.9 s per update, 6.8 ms per sequence) came from a probe on a loaded machine and
+#: overestimated every suite about 2x.
+COST = {"update_s": 0.72, "replay_row_share": 0.6, "plugin_factor": 1.2, "redraw_factor": 1.2, "eval_seq_s": 0.0032,
+        "startup_s": 4.0}
+
+
+def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool = False,
+                cost: Mapping[str, float] = COST) -> float:
+    """Wall seconds of one job of the suites from :data:`COST`: ``mapping`` is its resolved config, ``evals`` its
+    number of held-out evaluations (a ``base`` job: one evaluation, no training)."""
+    v = mapping["validation"]
+    seqs = int(v["n_problems"]) * int(v["k"])
+    if base:
+        return cost["startup_s"] + seqs * cost["eval_seq_s"]
+    plugins = mapping.get("plugins") or {}
+    factor = 1.0
+    if "replay" in plugins:
+        factor *= 1.0 + cost["replay_row_share"] * float((plugins["replay"] or {}).get("ratio", 0.5))
+    if any(name.startswith("extra") for name in plugins):
+        factor *= cost["plugin_factor"]
+    if "dapo" in plugins:  # redraws zero-variance groups (up to algo.max_gen_rounds rounds)
+        factor *= cost["redraw_factor"]
+    return cost["startup_s"] + steps * cost["update_s"] * factor + evals * seqs * cost["eval_seq_s"]
 
 
 def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST, after_siblings: bool = False) -> float:
@@ -264,12 +289,7 @@ def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float]
     for j in plan_jobs(cfg):
         if j.fingerprint in shared:
             continue
-        seqs = j.mapping["validation"]["n_problems"] * j.mapping["validation"]["k"]
-        if j.method == "base":
-            total += cost["startup_s"] + seqs * cost["eval_seq_s"]
-            continue
-        redraw = cost["redraw_factor"] if int((j.mapping.get("algo") or {}).get("max_gen_rounds", 1)) > 1 else 1.0
-        total += cost["startup_s"] + z["steps"] * cost["update_s"] * redraw + evals_per_run * seqs * cost["eval_seq_s"]
+        total += job_seconds(j.mapping, z["steps"], evals_per_run, base=j.method == "base", cost=cost)
     return total / workers / 3600.0
 
 # ---------------------------------------------------------------------------------------------- reading runs

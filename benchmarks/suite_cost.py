@@ -1,0 +1,74 @@
+"""Check the evidence suites' cost model (:data:`llm_harness.compare.suites_evidence.COST`) against the committed records.
+
+For every (suite, regime, arm) with records under ``figures/compare_*/records`` it prints the median measured wall
+seconds of a run (``done.json['wall_s']``), the median per-update step time and evaluation time per sequence from
+the run's metrics, and :func:`~llm_harness.compare.suites_evidence.job_seconds`' prediction for the same config::
+
+    python benchmarks/suite_cost.py [--figures figures]
+
+The records were written by runs two at a time on 2 otherwise idle cores (each suite's README says when), so this
+reads timings that were already measured; it does not time anything itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def record_timings(figures: Path) -> list[dict[str, Any]]:
+    """One row per (suite, regime, arm) of the evidence suites' records (suites whose runs have a ``config``)."""
+    from llm_harness.compare.suites_evidence import EVIDENCE_SUITES, job_seconds
+
+    groups: dict[tuple[str, str, str], list[tuple[float, float, float, dict]]] = {}
+    for seed_dir in sorted(figures.glob("compare_*/records/*/*/seed*")):
+        done_p, metrics_p = seed_dir / "done.json", seed_dir / "metrics.jsonl.gz"
+        if not done_p.is_file() or not metrics_p.is_file():
+            continue
+        done = json.loads(done_p.read_text())
+        cfg = done.get("config") or {}
+        if done.get("rc") != 0 or "validation" not in cfg or not done.get("wall_s"):
+            continue
+        with gzip.open(metrics_p, "rt") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        steps = [r["time_step_s"] for r in rows if isinstance(r.get("time_step_s"), (int, float))]
+        evals = [r["time_eval_s"] for r in rows if isinstance(r.get("time_eval_s"), (int, float)) and r["time_eval_s"] > 0]
+        seqs = int(cfg["validation"]["n_problems"]) * int(cfg["validation"]["k"])
+        suite, regime, arm = seed_dir.parts[-5], seed_dir.parts[-3], seed_dir.parts[-2]
+        if suite.removeprefix("compare_") not in EVIDENCE_SUITES:
+            continue
+        groups.setdefault((suite, regime, arm), []).append(
+            (float(done["wall_s"]), statistics.median(steps) if steps else float("nan"),
+             statistics.median(evals) / seqs if evals else float("nan"), cfg | {"_evals": len(evals), "_steps": len(steps)}))
+    out = []
+    for (suite, regime, arm), runs in sorted(groups.items()):
+        cfg = runs[0][3]
+        out.append({"suite": suite, "regime": regime, "arm": arm, "runs": len(runs),
+                    "wall_s": statistics.median(r[0] for r in runs), "step_s": statistics.median(r[1] for r in runs),
+                    "eval_seq_ms": 1000 * statistics.median(r[2] for r in runs),
+                    "predicted_s": job_seconds(cfg, int(cfg["_steps"]), int(cfg["_evals"]))})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--figures", type=Path, default=Path("figures"))
+    args = ap.parse_args(argv)
+    rows = record_timings(args.figures)
+    if not rows:
+        raise SystemExit(f"no evidence-suite records with configs under {args.figures}/compare_*/records")
+    print(f"{'suite':24s} {'arm':24s} {'runs':>4s} {'step s':>7s} {'eval ms/seq':>11s} {'wall s':>7s} {'model s':>7s} {'model/wall':>10s}")
+    for r in rows:
+        print(f"{r['suite']:24s} {r['arm']:24s} {r['runs']:4d} {r['step_s']:7.2f} {r['eval_seq_ms']:11.2f} {r['wall_s']:7.1f} "
+              f"{r['predicted_s']:7.1f} {r['predicted_s'] / r['wall_s']:10.2f}")
+    ratios = sorted(r["predicted_s"] / r["wall_s"] for r in rows)
+    print(f"model / measured wall over {len(rows)} arms: median {statistics.median(ratios):.2f}, range [{ratios[0]:.2f}, {ratios[-1]:.2f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
