@@ -29,7 +29,7 @@ LogDet and AES against GRPO from the runs' final validation rows (keys read defe
 trainer does not log is shown as "–").
 
 Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed records by
-``benchmarks/suite_cost.py``: the model is 0.84-1.22x the measured wall time per arm, median 1.10; all suites at 80
+``benchmarks/suite_cost.py``: the model is 0.84-1.22x the measured wall time per arm, median 1.08; all suites at 80
 updates, replay held-out 128 problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after
 the siblings' records, on 2 otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22
 (1.4 / 0.5 h), ``replay_ratio`` 5 × 23 (1.55 / 0.7 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes``
@@ -244,11 +244,11 @@ EVIDENCE_SUITES = ("replay", *REPLAY_TABLE_SUITES, *EXTRA_SUITES)
 #: takes 0.64-0.74 s; replay trains ``1 + r`` times the fresh rows, and an update costs ``1 + replay_row_share x r``
 #: times GRPO's (r 0.5: 0.85-0.90 s, r 1: 1.09-1.13 s); ExTra's scoring passes add ``plugin_factor`` (0.79-0.88 s);
 #: a config that redraws (``algo.max_gen_rounds > 1`` with the zero-variance filter, DAPO) costs ``redraw_factor``
-#: (DAPO 1.12-1.18x GRPO in the ``extra`` and ``testbed`` reports); one evaluated sequence 2.7-3.4 ms;
+#: (DAPO 1.45x GRPO's step in ``extra_main``, 1.53x its new tokens); one evaluated sequence 2.6-3.4 ms;
 #: ``startup_s``: spawn, imports, model load, saving (0.6-1.6 s inside the run, the rest outside it).
 #: The previous constants (1.9 s per update, 6.8 ms per sequence) came from a probe on a loaded machine and
 #: overestimated every suite about 2x.
-COST = {"update_s": 0.72, "replay_row_share": 0.6, "plugin_factor": 1.2, "redraw_factor": 1.2, "eval_seq_s": 0.0032,
+COST = {"update_s": 0.72, "replay_row_share": 0.6, "plugin_factor": 1.2, "redraw_factor": 1.4, "eval_seq_s": 0.0032,
         "startup_s": 4.0}
 
 
