@@ -7,7 +7,7 @@ problems not solved in all of 4 samples) at 8 prompts per update, so a prompt re
 inside Replay's default age window (τ_max = 10), outside τ_max = 1, and 4–7 times inside τ_max = 30/60;
 ExTra's novelty memory Φ(x) and prefix cache are revisited ~``steps / 8`` times per prompt.
 
-Suites (each sized to fit 2 hours on 2 cores; ``vsr compare --suite NAME``):
+Suites (each sized to about 2 hours on 2 cores when run alone, much less after its siblings; ``vsr compare --suite NAME``):
 
 * ``replay`` — every arm of the Replay paper's Tables 1–4, 9 and 13 (17 arms, shared GRPO and
   default runs); the report renders each table with its **own** Holm family (section
@@ -29,12 +29,12 @@ LogDet and AES against GRPO from the runs' final validation rows (keys read defe
 trainer does not log is shown as "–").
 
 Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed records by
-``benchmarks/suite_cost.py``: the model is 0.84-1.22x the measured wall time per arm, median 1.08; all suites at 80
+``benchmarks/suite_cost.py``: the model is 0.84-1.22x the measured wall time per arm, median 1.07; all suites at 80
 updates, replay held-out 128 problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after
 the siblings' records, on 2 otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22
 (1.4 / 0.5 h), ``replay_ratio`` 5 × 23 (1.55 / 0.7 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes``
 13 × 10 (1.7 / 0.3 h), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 10 (0.8 / 0.2 h), ``extra_signal`` 4 × 15
-(0.8 / 0.25 h), ``extra_main`` 5 × 16 (1.1 / 0.4 h). The per-table suites' seed counts are the ones their own
+(0.8 / 0.25 h), ``extra_main`` 5 × 16 (1.1 / 0.4 h; 0.6 h on a clone, since ``extra`` has no records). The per-table suites' seed counts are the ones their own
 reports measured as needed for 80 % power at a 2-point difference at Holm's first step (paired sd 2.2-2.6 pp);
 ``extra_gamma`` (20 needed) and ``replay_aes`` (26) are not there yet; ``replay`` and ``extra`` (4 and 6 seeds) hold
 every arm of the papers' tables in one run and are not powered. Every report prints the power at the spread it
@@ -166,7 +166,8 @@ def _replay_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], size
                                 sections=tuple(sections), shares_records_with=tuple(s for s in shares if s != name)))
 
 
-# sizes: :data:`COST` (measured) puts each suite under 2 hours on 2 workers (:func:`estimated_hours`)
+# sizes: :data:`COST` (fitted to the records) puts each suite at or under 2 hours on 2 workers (:func:`estimated_hours`;
+# replay_priority, 7 arms x 23 seeds: 2.02 h by the model, whose median is 7 % above the records)
 _REPLAY_SIZES = {"steps": 80, "eval_problems": 128, "eval_k": 8, "eval_every": 20}
 _replay_suite("replay", [m.name for m in REPLAY_METHODS[1:]], ("abs", "uniform_query_pool", "sigma_query_pool"),
               {"seeds": 4, **_REPLAY_SIZES})
@@ -243,7 +244,7 @@ EVIDENCE_SUITES = ("replay", *REPLAY_TABLE_SUITES, *EXTRA_SUITES)
 #: to the committed records (``benchmarks/suite_cost.py`` prints the medians it comes from, 2026-12-03): a GRPO update
 #: takes 0.64-0.74 s; replay trains ``1 + r`` times the fresh rows, and an update costs ``1 + replay_row_share x r``
 #: times GRPO's (r 0.5: 0.85-0.90 s, r 1: 1.09-1.13 s); ExTra's scoring passes add ``plugin_factor`` (0.79-0.88 s);
-#: a config that redraws (``algo.max_gen_rounds > 1`` with the zero-variance filter, DAPO) costs ``redraw_factor``
+#: the ``dapo`` plug-in (it redraws zero-variance groups, up to ``algo.max_gen_rounds`` rounds) costs ``redraw_factor``
 #: (DAPO 1.45x GRPO's step in ``extra_main``, 1.53x its new tokens); one evaluated sequence 2.6-3.4 ms;
 #: ``startup_s``: spawn, imports, model load, saving (0.6-1.6 s inside the run, the rest outside it).
 #: The previous constants (1.9 s per update, 6.8 ms per sequence) came from a probe on a loaded machine and
@@ -254,8 +255,9 @@ COST = {"update_s": 0.72, "replay_row_share": 0.6, "plugin_factor": 1.2, "redraw
 
 def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool = False,
                 cost: Mapping[str, float] = COST) -> float:
-    """Wall seconds of one job of the suites from :data:`COST`: ``mapping`` is its resolved config, ``evals`` its
-    number of held-out evaluations (a ``base`` job: one evaluation, no training)."""
+    """Wall seconds of one job of the suites from :data:`COST`: ``mapping`` is its config as the suite writes it (keys
+    it leaves out take the trainer's defaults: replay ``ratio`` 0.5), ``evals`` its number of held-out evaluations
+    (a ``base`` job: one evaluation, no training). Only the suites' plug-ins are modelled (replay, ExTra, DAPO)."""
     v = mapping["validation"]
     seqs = int(v["n_problems"]) * int(v["k"])
     if base:
