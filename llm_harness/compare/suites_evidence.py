@@ -32,15 +32,15 @@ Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed rec
 ``benchmarks/suite_cost.py``: the model is 0.84-1.22x the measured wall time per arm, median 1.07; all suites at 80
 updates, replay held-out 128 problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after
 the siblings' records, on 2 otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22
-(1.4 / 0.5 h), ``replay_ratio`` 5 × 23 (1.55 / 0.7 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes``
-13 × 10 (1.7 / 0.3 h), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 10 (0.8 / 0.2 h), ``extra_signal`` 4 × 16
-(0.9 / 0.3 h), ``extra_main`` 5 × 16 (1.1 / 0.4 h; 0.6 h on a clone, since ``extra`` has no records).
+(1.4 / 0.5 h), ``replay_ratio`` 5 × 26 (1.75 / 0.9 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes``
+13 × 10 (1.7 / 0.3 h), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 20 (1.65 / 0.6 h), ``extra_signal`` 4 × 16
+(0.9 / 0.3 h), ``extra_main`` 5 × 22 (1.6 / 0.6 h).
 
 The per-table suites' seed counts are the ones their first reports measured as needed for 80 % power at a
 2-point difference at Holm's first step; at those counts the committed reports measure 0.84 (``replay_tau``), 0.83
-(``replay_priority``), 0.80 (``extra_signal``), 0.74 (``replay_ratio``: its spread grew, 26 needed) and 0.61
-(``extra_main``: 22 needed); ``extra_gamma`` (10 seeds, 20 needed) and ``replay_aes`` (10, 26 needed) are not there
-yet; ``replay`` and ``extra`` (4 and 6 seeds) hold every arm of the papers' tables in one run and are not powered.
+(``replay_priority``), 0.80 (``extra_signal``), 0.82 (``replay_ratio``, extended from 23 to 26 seeds when its spread grew), 0.70
+(``extra_main``: 2.6 -> 2.9 pp, 27 needed) and 0.60 (``extra_gamma``: 2.3 -> 2.9 pp, 28 needed); ``replay_aes``
+(10 seeds, 26 needed) is not there yet; ``replay`` and ``extra`` (4 and 6 seeds) hold every arm of the papers' tables in one run and are not powered.
 Every report prints the power at the spread it measured.
 
 Shared runs. The per-table suites of one paper train in one regime on one pool, so their common arms are the
@@ -178,7 +178,7 @@ _replay_suite("replay_tau", REPLAY_TABLES[1].arms, REPLAY_TABLES[1].arms, {"seed
               REPLAY_TABLE_SUITES)
 _replay_suite("replay_priority", ("abs", "abs_pool", "uniform_query", "uniform_rollout", "sigma_query", "sigma_rollout"),
               REPLAY_TABLES[3].arms, {"seeds": 23, **_REPLAY_SIZES}, _REPLAY_REGIME_LR, REPLAY_TABLE_SUITES)
-_replay_suite("replay_ratio", REPLAY_TABLES[4].arms, REPLAY_TABLES[4].arms, {"seeds": 23, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
+_replay_suite("replay_ratio", REPLAY_TABLES[4].arms, REPLAY_TABLES[4].arms, {"seeds": 26, **_REPLAY_SIZES}, _REPLAY_REGIME_LR,
               REPLAY_TABLE_SUITES)
 #: Table 13 at the per-table suites' regime and seeds: 10 of its 12 configurations are restored from their records
 #: (seeds 0-9), so it trains only the two uniform-rollout τ variants (20 runs) when run after them
@@ -230,12 +230,12 @@ def _extra_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], sizes
 
 _EXTRA_SIZES = {"steps": 80, "eval_problems": 128, "eval_k": 16, "eval_every": 20}
 _extra_suite("extra", [m.name for m in EXTRA_METHODS[1:]], EXTRA_TABLES[0].arms, {"seeds": 6, **_EXTRA_SIZES})
-_extra_suite("extra_gamma", EXTRA_TABLES[1].arms, EXTRA_TABLES[1].arms, {"seeds": 10, **_EXTRA_SIZES})
+_extra_suite("extra_gamma", EXTRA_TABLES[1].arms, EXTRA_TABLES[1].arms, {"seeds": 20, **_EXTRA_SIZES})
 _extra_suite("extra_signal", EXTRA_TABLES[2].arms, EXTRA_TABLES[2].arms, {"seeds": 16, **_EXTRA_SIZES})
 #: ExTra Table 1 (the headline: DAPO and the mechanism decomposition against GRPO, pass@1 and pass@16) at the seeds
-#: that give 80 % power at 2 pp; run after the other three, it restores GRPO and ExTra (full) for seeds 0-14, ExTra-R
-#: for 0-9 and DAPO / ExTra-N for 0-5, and trains the rest (about 28 runs)
-_extra_suite("extra_main", EXTRA_TABLES[0].arms, EXTRA_TABLES[0].arms, {"seeds": 16, **_EXTRA_SIZES})
+#: its 16-seed report measured as needed for 80 % power at 2 pp; run after ``extra_gamma`` it restores GRPO, ExTra-R
+#: and ExTra (full) for seeds 0-19 and trains DAPO / ExTra-N and seeds 20-21 of the rest
+_extra_suite("extra_main", EXTRA_TABLES[0].arms, EXTRA_TABLES[0].arms, {"seeds": 22, **_EXTRA_SIZES})
 
 #: every suite this module registers
 EVIDENCE_SUITES = ("replay", *REPLAY_TABLE_SUITES, *EXTRA_SUITES)

@@ -113,18 +113,19 @@ def test_replay_priority_at_its_powered_size_fits_after_its_siblings():
 
 
 def test_extra_table1_suite_is_the_headline_family_and_fits_after_its_siblings():
-    """``extra_main`` is ExTra Table 1 at 16 seeds; after the other ExTra suites it trains DAPO / ExTra-N beyond
-    seed 5 and ExTra-R beyond seed 9; GRPO and ExTra (full) come from ``extra_signal``'s 16 seeds (the ``extra`` suite predates records, so on a clone
-    its six seeds of DAPO / ExTra-N are trained again)."""
+    """``extra_main`` is ExTra Table 1 at 22 seeds; after the other ExTra suites it trains DAPO / ExTra-N beyond
+    seed 5 and seeds 20-21 of the rest; GRPO, ExTra-R and ExTra (full) 0-19 come from ``extra_gamma`` (the ``extra``
+    suite predates records, so on a clone its six seeds of DAPO / ExTra-N are trained again)."""
     from llm_harness.compare.runner import CompareConfig as C
 
     s = SUITES["extra_main"]
-    assert s.family() == ev.EXTRA_TABLES[0].arms and s.sizes["seeds"] == 16
+    assert s.family() == ev.EXTRA_TABLES[0].arms and s.sizes["seeds"] == 22
     assert set(s.shares_records_with) == {"extra", "extra_gamma", "extra_signal"}
     assert ev.estimated_hours("extra_main", after_siblings=True) < ev.estimated_hours("extra_main") / 2
     shared = {j.fingerprint for sib in s.shares_records_with for j in plan_jobs(C(suite=sib, out=Path(f"/nonexistent/{sib}")))}
     left = {(j.method, j.seed) for j in plan_jobs(C(suite="extra_main", out=Path("/nonexistent/extra_main"))) if j.fingerprint not in shared}
-    assert left == ({(m, sd) for m in ("dapo", "extra_n") for sd in range(6, 16)} | {("extra_r", sd) for sd in range(10, 16)})
+    assert left == ({(m, sd) for m in ("dapo", "extra_n") for sd in range(6, 22)}
+                    | {(m, sd) for m in ("grpo", "extra_r", "extra_full", "base") for sd in (20, 21)})
 
 
 def test_table13_suite_fits_two_hours_after_the_per_table_suites():
