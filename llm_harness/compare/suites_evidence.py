@@ -29,7 +29,7 @@ LogDet and AES against GRPO from the runs' final validation rows (keys read defe
 trainer does not log is shown as "–").
 
 Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed records by ``benchmarks/suite_cost.py``:
-the model is 0.84-1.22x the measured wall time per arm, median 1.07; all suites at 80 updates, replay held-out 128
+the model is 0.82-1.21x the measured wall time per arm, median 1.02; all suites at 80 updates, replay held-out 128
 problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after the siblings' records, on 2
 otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22 (1.4 / 0.5 h), ``replay_ratio`` 5 ×
 26 (1.75 / 0.9 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes`` 13 × 26 (4.3 h alone, 1.0 h after its
@@ -170,7 +170,7 @@ def _replay_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], size
 
 
 # sizes: :data:`COST` (fitted to the records) puts each suite at or under 2 hours on 2 workers (:func:`estimated_hours`;
-# replay_priority, 7 arms x 23 seeds: 2.02 h by the model, whose median is 7 % above the records)
+# replay_priority, 7 arms x 23 seeds: 2.02 h by the model, whose median is 2 % above the records)
 _REPLAY_SIZES = {"steps": 80, "eval_problems": 128, "eval_k": 8, "eval_every": 20}
 _replay_suite("replay", [m.name for m in REPLAY_METHODS[1:]], ("abs", "uniform_query_pool", "sigma_query_pool"),
               {"seeds": 4, **_REPLAY_SIZES})
