@@ -21,12 +21,14 @@ def _prompts(seed=0, n=7):
     return [rng.integers(2, 50, int(k)).tolist() for k in rng.integers(1, 12, n)]
 
 
-def _same(a, b, atol=1e-5):
+def _same(a, b, atol=1e-5, rtol=1e-5):
+    """Same tokens and finish reasons, and sampling log-probs equal up to float32 rounding (the two paths sum the
+    attention in different orders: a log-prob of -3.7 has been seen 1.2e-5 apart, 3e-6 relative)."""
     n = 0
     for ra, rb in zip(a, b):
         for sa, sb in zip(ra, rb):
             assert sa.token_ids == sb.token_ids and sa.finish_reason == sb.finish_reason
-            np.testing.assert_allclose(sa.sampling_logprobs, sb.sampling_logprobs, atol=atol, rtol=0)
+            np.testing.assert_allclose(sa.sampling_logprobs, sb.sampling_logprobs, atol=atol, rtol=rtol)
             n += len(sa.token_ids)
     return n
 
