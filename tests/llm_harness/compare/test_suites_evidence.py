@@ -129,19 +129,20 @@ def test_extra_table1_suite_is_the_headline_family_and_fits_after_its_siblings()
 
 
 def test_table13_suite_fits_two_hours_after_the_per_table_suites():
-    """``replay_aes`` (13 arms x 26 seeds) after its siblings trains the two uniform-rollout τ arms and the seeds of the
-    τ and priority arms beyond their suites' 22 / 23 (``replay_ratio`` covers GRPO, ``abs`` and the base to 26)."""
+    """``replay_aes`` (13 arms x 27 seeds) after its siblings trains the two uniform-rollout τ arms, the seeds of the
+    τ and priority arms beyond their suites' 22 / 23 and seed 26 of ``replay_ratio``'s arms and the base."""
     from llm_harness.compare.runner import CompareConfig as C
 
-    assert SUITES["replay_aes"].sizes["seeds"] == 26
+    assert SUITES["replay_aes"].sizes["seeds"] == 27
     assert ev.estimated_hours("replay_aes", after_siblings=True) <= 2.0
     shared = {j.fingerprint for s in ("replay_tau", "replay_priority", "replay_ratio")
               for j in plan_jobs(C(suite=s, out=Path(f"/nonexistent/{s}")))}
     left = {(j.method, j.seed) for j in plan_jobs(C(suite="replay_aes", out=Path("/nonexistent/replay_aes")))
             if j.fingerprint not in shared}
-    assert left == ({(m, s) for m in ("uniform_rollout_tau1", "uniform_rollout_tau30") for s in range(26)}
-                    | {(m, s) for m in ("abs_tau1", "abs_tau30", "abs_tau60") for s in range(22, 26)}
-                    | {(m, s) for m in ("uniform_query", "uniform_rollout", "sigma_query", "sigma_rollout") for s in range(23, 26)})
+    assert left == ({(m, s) for m in ("uniform_rollout_tau1", "uniform_rollout_tau30") for s in range(27)}
+                    | {(m, s) for m in ("abs_tau1", "abs_tau30", "abs_tau60") for s in range(22, 27)}
+                    | {(m, s) for m in ("uniform_query", "uniform_rollout", "sigma_query", "sigma_rollout") for s in range(23, 27)}
+                    | {(m, 26) for m in ("grpo", "abs", "abs_r1", "abs_alpha1", "base")})
 
 
 def test_table13_section_ranks_and_draws_the_aes(tmp_path):
