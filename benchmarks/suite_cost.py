@@ -29,7 +29,7 @@ def record_timings(figures: Path) -> list[dict[str, Any]]:
     Failed runs and runs without per-update timings are skipped."""
     from llm_harness.compare.suites_evidence import EVIDENCE_SUITES, job_seconds
 
-    seen: set[tuple[str, str, str, str]] = set()
+    seen: set[tuple[str, str, str, str, str]] = set()
     groups: dict[tuple[str, str, str], list[tuple[float, float, float, dict]]] = {}
     first_suite: dict[tuple[str, str, str], str] = {}
     for seed_dir in sorted(figures.glob("compare_*/records/*/*/seed*")):
@@ -44,10 +44,11 @@ def record_timings(figures: Path) -> list[dict[str, Any]]:
         if done.get("rc") != 0 or "validation" not in cfg or not done.get("wall_s"):
             continue
         paper = suite.removeprefix("compare_").split("_")[0]  # replay / extra: their regimes and arm names overlap
-        ident = (paper, regime, seed_dir.name, str(done.get("fingerprint")))
-        if ident[-1] != "None" and (ident + (arm,)) in seen:
+        fingerprint = done.get("fingerprint")
+        ident = (paper, regime, arm, seed_dir.name, str(fingerprint))
+        if fingerprint is not None and ident in seen:
             continue
-        seen.add(ident + (arm,))
+        seen.add(ident)
         with gzip.open(metrics_p, "rt") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
         steps = [r["time_step_s"] for r in rows if isinstance(r.get("time_step_s"), (int, float))]

@@ -7,7 +7,7 @@ problems not solved in all of 4 samples) at 8 prompts per update, so a prompt re
 inside Replay's default age window (τ_max = 10), outside τ_max = 1, and 4–7 times inside τ_max = 30/60;
 ExTra's novelty memory Φ(x) and prefix cache are revisited ~``steps / 8`` times per prompt.
 
-Suites (each sized to about 2 hours on 2 cores when run alone, much less after its siblings; ``vsr compare --suite NAME``):
+Suites (each about 2 hours on 2 cores at most, ``replay_aes`` once its siblings have run; ``vsr compare --suite NAME``):
 
 * ``replay`` — every arm of the Replay paper's Tables 1–4, 9 and 13 (17 arms, shared GRPO and
   default runs); the report renders each table with its **own** Holm family (section

@@ -105,8 +105,8 @@ def test_each_suite_fits_two_hours_on_two_cores(suite):
 
 
 def test_replay_priority_at_its_powered_size_fits_after_its_siblings():
-    """Tables 3-4 need 23 seeds for 80 % power at 2 pp (7 arms): 2.02 h by the cost model alone, which is
-    within 2 % of the records at the median (benchmarks/suite_cost.py); after replay_tau and replay_ratio (GRPO and ``abs`` are
+    """Tables 3-4 need 23 seeds for 80 % power at 2 pp (7 arms): 2.02 h by the cost model alone, which is within 2 %
+    of the records at the median (benchmarks/suite_cost.py); after replay_tau and replay_ratio (GRPO and ``abs`` are
     theirs) under an hour."""
     assert SUITES["replay_priority"].sizes["seeds"] == 23
     assert ev.estimated_hours("replay_priority") <= 2.1 and ev.estimated_hours("replay_priority", after_siblings=True) <= 1.0
