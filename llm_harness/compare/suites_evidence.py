@@ -7,7 +7,8 @@ problems not solved in all of 4 samples) at 8 prompts per update, so a prompt re
 inside Replay's default age window (τ_max = 10), outside τ_max = 1, and 4–7 times inside τ_max = 30/60;
 ExTra's novelty memory Φ(x) and prefix cache are revisited ~``steps / 8`` times per prompt.
 
-Suites (each about 2 hours on 2 cores at most, ``replay_aes`` once its siblings have run; ``vsr compare --suite NAME``):
+Suites (each about 2 hours on 2 cores at most, ``replay_priority``, ``replay_aes`` and ``extra_gamma`` once their
+siblings have run; ``vsr compare --suite NAME``):
 
 * ``replay`` — every arm of the Replay paper's Tables 1–4, 9 and 13 (17 arms, shared GRPO and
   default runs); the report renders each table with its **own** Holm family (section
@@ -22,25 +23,27 @@ Suites (each about 2 hours on 2 cores at most, ``replay_aes`` once its siblings 
   pass@16), ``passk`` (pass@k, k = 1..16), ``extra_dynamics`` (Fig. 2: policy entropy and novelty bonus
   over training), ``prompt_efficiency`` (Fig. 3: cumulative prompt instances vs held-out pass@16).
 * ``extra_gamma`` (Table 5), ``extra_signal`` (Table 6) and ``extra_main`` (Table 1: DAPO, ExTra-R / -N / full
-  against GRPO, 16 seeds) — one table each.
+  against GRPO) — one table each.
 
 Every suite also has the ``eval_metrics`` section: length by correctness, Distinct-4, Self-BLEU-4,
 LogDet and AES against GRPO from the runs' final validation rows (keys read defensively: a metric the
 trainer does not log is shown as "–").
 
 Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed records by ``benchmarks/suite_cost.py``:
-the model is 0.82-1.21x the measured wall time per arm, median 1.02; all suites at 80 updates, replay held-out 128
+the model is 0.82-1.21x the measured wall time per arm, median 1.01; all suites at 80 updates, replay held-out 128
 problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after the siblings' records, on 2
 otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22 (1.4 / 0.5 h), ``replay_ratio`` 5 ×
 26 (1.75 / 0.9 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes`` 13 × 27 (4.5 h alone, 1.2 h after its
-siblings: it is meant to run after them), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 20 (1.65 / 0.6 h),
-``extra_signal`` 4 × 16 (0.9 / 0.3 h), ``extra_main`` 5 × 22 (1.6 / 0.6 h).
+siblings: it is meant to run after them), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 28 (2.3 h alone, 1.2 h
+after ``extra_main`` alone, which trains its GRPO, ExTra-R and ExTra runs to seed 26), ``extra_signal`` 4 × 16
+(0.9 / 0.3 h), ``extra_main`` 5 × 27 (1.9 / 0.6 h).
 
 The per-table suites' seed counts are the ones their first reports measured as needed for 80 % power at a 2-point
 difference at Holm's first step; at those counts the committed reports measure 0.84 (``replay_tau``), 0.83
-(``replay_priority``), 0.80 (``extra_signal``), 0.82 (``replay_ratio``, extended from 23 to 26 seeds when its spread
-grew), 0.70 (``extra_main``: 2.6 -> 2.9 pp, 27 needed) and 0.60 (``extra_gamma``: 2.3 -> 2.9 pp, 28 needed);
-``replay_aes`` at 27 seeds measures 0.81; ``replay`` and ``extra`` (4 and 6 seeds) hold every arm
+(``replay_priority``), 0.80 (``extra_signal``) and 0.82 (``replay_ratio``, extended from 23 to 26 seeds when its
+spread grew). ``extra_main`` and ``extra_gamma`` were extended twice for the same reason (GRPO's bad seeds arrived
+late: at 22 / 20 seeds their pooled sd was 2.9 pp and their power 0.70 / 0.60) and measure 0.85 at 27 seeds and 0.83 at
+28; ``replay_aes`` at 27 seeds measures 0.81; ``replay`` and ``extra`` (4 and 6 seeds) hold every arm
 of the papers' tables in one run and are not powered. Every report prints the power at the spread it measured.
 
 Shared runs. The per-table suites of one paper train in one regime on one pool, so their common arms are the
@@ -231,12 +234,16 @@ def _extra_suite(name: str, arms: Sequence[str], contrasts: Sequence[str], sizes
 
 _EXTRA_SIZES = {"steps": 80, "eval_problems": 128, "eval_k": 16, "eval_every": 20}
 _extra_suite("extra", [m.name for m in EXTRA_METHODS[1:]], EXTRA_TABLES[0].arms, {"seeds": 6, **_EXTRA_SIZES})
-_extra_suite("extra_gamma", EXTRA_TABLES[1].arms, EXTRA_TABLES[1].arms, {"seeds": 20, **_EXTRA_SIZES})
+#: Table 5 at the seeds its 20-seed report measured as needed (its 10-seed one asked for 20): 2.3 h alone, so run it
+#: after ``extra_main``, whose GRPO / ExTra-R / ExTra (full) runs are the same jobs
+_extra_suite("extra_gamma", EXTRA_TABLES[1].arms, EXTRA_TABLES[1].arms, {"seeds": 28, **_EXTRA_SIZES})
 _extra_suite("extra_signal", EXTRA_TABLES[2].arms, EXTRA_TABLES[2].arms, {"seeds": 16, **_EXTRA_SIZES})
 #: ExTra Table 1 (the headline: DAPO and the mechanism decomposition against GRPO, pass@1 and pass@16) at the seeds
-#: its 16-seed report measured as needed for 80 % power at 2 pp; run after ``extra_gamma`` it restores GRPO, ExTra-R
-#: and ExTra (full) for seeds 0-19 and trains DAPO / ExTra-N and seeds 20-21 of the rest
-_extra_suite("extra_main", EXTRA_TABLES[0].arms, EXTRA_TABLES[0].arms, {"seeds": 22, **_EXTRA_SIZES})
+#: its 22-seed report measured as needed for 80 % power at 2 pp (the 16-seed one asked for 22): 1.9 h alone, so on a
+#: fresh clone run it before ``extra_gamma``. The other way round (as the committed records were made) it restores
+#: GRPO, ExTra-R and ExTra (full) from ``extra_gamma`` and trains only DAPO / ExTra-N (their seeds 0-5 belong to the
+#: ``extra`` suite, which predates records, so on a clone they are trained again)
+_extra_suite("extra_main", EXTRA_TABLES[0].arms, EXTRA_TABLES[0].arms, {"seeds": 27, **_EXTRA_SIZES})
 
 #: every suite this module registers
 EVIDENCE_SUITES = ("replay", *REPLAY_TABLE_SUITES, *EXTRA_SUITES)
@@ -277,11 +284,12 @@ def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool =
     return cost["startup_s"] + steps * cost["update_s"] * factor + evals * seqs * cost["eval_seq_s"]
 
 
-def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST, after_siblings: bool = False) -> float:
+def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST,
+                    after_siblings: bool | Sequence[str] = False) -> float:
     """Wall hours of ``vsr compare --suite NAME`` at its own sizes on ``workers`` otherwise idle cores, from
     :data:`COST` (a load of L processes per core multiplies it by about L). ``after_siblings``: only the jobs that
-    no suite it shares records with (``Suite.shares_records_with``) also plans, i.e. what is left to train once
-    those suites have run."""
+    no suite it shares records with (``Suite.shares_records_with``; or only the named ones of them) also plans,
+    i.e. what is left to train once those suites have run."""
     from llm_harness.compare.runner import CompareConfig, plan_jobs
 
     cfg = CompareConfig(suite=suite_name, out=Path("/nonexistent/estimate"))
@@ -289,7 +297,13 @@ def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float]
     evals_per_run = len({min(s, z["steps"]) for s in range(z["eval_every"], z["steps"] + z["eval_every"], z["eval_every"])})
     shared = set()
     if after_siblings:
-        for sib in SUITES[suite_name].shares_records_with:
+        sibs = SUITES[suite_name].shares_records_with
+        if not isinstance(after_siblings, bool):
+            unknown = sorted(set(after_siblings) - set(sibs))
+            if unknown:
+                raise ValueError(f"suite {suite_name!r} shares no records with {unknown}; its siblings are {list(sibs)}")
+            sibs = tuple(after_siblings)
+        for sib in sibs:
             shared |= {j.fingerprint for j in plan_jobs(CompareConfig(suite=sib, out=Path(f"/nonexistent/{sib}")))}
     total = 0.0
     for j in plan_jobs(cfg):
