@@ -299,6 +299,7 @@ def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float]
     if after_siblings:
         sibs = SUITES[suite_name].shares_records_with
         if not isinstance(after_siblings, bool):
+            after_siblings = (after_siblings,) if isinstance(after_siblings, str) else tuple(after_siblings)
             unknown = sorted(set(after_siblings) - set(sibs))
             if unknown:
                 raise ValueError(f"suite {suite_name!r} shares no records with {unknown}; its siblings are {list(sibs)}")

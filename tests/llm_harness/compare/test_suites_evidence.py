@@ -138,6 +138,7 @@ def test_table5_suite_at_its_powered_size_fits_after_table1():
     alone, after_main = ev.estimated_hours("extra_gamma"), ev.estimated_hours("extra_gamma", after_siblings=("extra_main",))
     assert alone > 2.0 and after_main <= 1.5
     assert ev.estimated_hours("extra_gamma", after_siblings=True) <= after_main
+    assert ev.estimated_hours("extra_gamma", after_siblings="extra_main") == after_main
     main = {j.fingerprint for j in plan_jobs(C(suite="extra_main", out=Path("/nonexistent/extra_main")))}
     left = {(j.method, j.seed) for j in plan_jobs(C(suite="extra_gamma", out=Path("/nonexistent/extra_gamma"))) if j.fingerprint not in main}
     assert left == ({(m, sd) for m in ("gamma0.5", "gamma2", "gamma5") for sd in range(28)}
