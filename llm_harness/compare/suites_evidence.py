@@ -79,7 +79,7 @@ from llm_harness.compare.suite import SUITES, Method, PoolSpec, Regime, Suite, r
 from vsr.atomic import save_figure, write_text
 
 __all__ = ["COST", "EVIDENCE_SUITES", "EXTRA_METHODS", "EXTRA_TABLES", "MID_POOL", "REPLAY_METHODS", "REPLAY_TABLES", "REPLAY_AES_CONFIGS",
-           "TableSpec", "estimated_hours", "final_eval", "job_seconds", "table_rows"]
+           "TableSpec", "estimated_hours", "final_eval", "job_seconds", "jobs_left", "table_rows"]
 
 #: the pool both regimes train on: 64 prompts of the normal split the `mid` checkpoint does not solve in all
 #: of 4 samples at T = 1 (probe: 85 of 96 candidates qualify; 44 % of the pool unsolved in 4 samples)
@@ -284,34 +284,41 @@ def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool =
     return cost["startup_s"] + steps * cost["update_s"] * factor + evals * seqs * cost["eval_seq_s"]
 
 
-def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST,
-                    after_siblings: bool | Sequence[str] = False) -> float:
-    """Wall hours of ``vsr compare --suite NAME`` at its own sizes on ``workers`` otherwise idle cores, from
-    :data:`COST` (a load of L processes per core multiplies it by about L). ``after_siblings``: only the jobs that
-    no suite it shares records with (``Suite.shares_records_with``; or only the named ones of them) also plans,
-    i.e. what is left to train once those suites have run."""
+def jobs_left(suite_name: str, after_siblings: bool | str | Sequence[str] = False) -> list:
+    """The suite's planned jobs (``runner.plan_jobs`` at its own sizes) that are left to train once its siblings have
+    run: those no suite it shares records with (``Suite.shares_records_with``; ``True``: all of them, or the named
+    ones) also plans. A name it shares nothing with is an error."""
     from llm_harness.compare.runner import CompareConfig, plan_jobs
 
-    cfg = CompareConfig(suite=suite_name, out=Path("/nonexistent/estimate"))
-    z = cfg.sizes
-    evals_per_run = len({min(s, z["steps"]) for s in range(z["eval_every"], z["steps"] + z["eval_every"], z["eval_every"])})
-    shared = set()
-    if after_siblings:
+    def planned(name: str) -> list:
+        return plan_jobs(CompareConfig(suite=name, out=Path(f"/nonexistent/{name}")))
+
+    sibs: tuple[str, ...] = ()
+    if after_siblings is True:
         sibs = SUITES[suite_name].shares_records_with
-        if not isinstance(after_siblings, bool):
-            after_siblings = (after_siblings,) if isinstance(after_siblings, str) else tuple(after_siblings)
-            unknown = sorted(set(after_siblings) - set(sibs))
-            if unknown:
-                raise ValueError(f"suite {suite_name!r} shares no records with {unknown}; its siblings are {list(sibs)}")
-            sibs = tuple(after_siblings)
-        for sib in sibs:
-            shared |= {j.fingerprint for j in plan_jobs(CompareConfig(suite=sib, out=Path(f"/nonexistent/{sib}")))}
-    total = 0.0
-    for j in plan_jobs(cfg):
-        if j.fingerprint in shared:
-            continue
-        total += job_seconds(j.mapping, z["steps"], evals_per_run, base=j.method == "base", cost=cost)
+    elif after_siblings:
+        sibs = (after_siblings,) if isinstance(after_siblings, str) else tuple(after_siblings)
+        unknown = sorted(set(sibs) - set(SUITES[suite_name].shares_records_with))
+        if unknown:
+            raise ValueError(f"suite {suite_name!r} shares no records with {unknown}; "
+                             f"its siblings are {list(SUITES[suite_name].shares_records_with)}")
+    shared = {j.fingerprint for sib in sibs for j in planned(sib)}
+    return [j for j in planned(suite_name) if j.fingerprint not in shared]
+
+
+def estimated_hours(suite_name: str, workers: int = 2, cost: Mapping[str, float] = COST,
+                    after_siblings: bool | str | Sequence[str] = False) -> float:
+    """Wall hours of ``vsr compare --suite NAME`` at its own sizes on ``workers`` otherwise idle cores, from
+    :data:`COST` (a load of L processes per core multiplies it by about L); ``after_siblings``: of the jobs
+    :func:`jobs_left` once those suites have run."""
+    from llm_harness.compare.runner import CompareConfig
+
+    z = CompareConfig(suite=suite_name, out=Path(f"/nonexistent/{suite_name}")).sizes
+    evals_per_run = len({min(s, z["steps"]) for s in range(z["eval_every"], z["steps"] + z["eval_every"], z["eval_every"])})
+    total = sum(job_seconds(j.mapping, z["steps"], evals_per_run, base=j.method == "base", cost=cost)
+                for j in jobs_left(suite_name, after_siblings))
     return total / workers / 3600.0
+
 
 # ---------------------------------------------------------------------------------------------- reading runs
 

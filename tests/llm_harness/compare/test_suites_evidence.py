@@ -116,15 +116,12 @@ def test_extra_table1_suite_is_the_headline_family_and_fits_after_its_siblings()
     """``extra_main`` is ExTra Table 1 at 27 seeds; after the other ExTra suites it trains only DAPO / ExTra-N beyond
     seed 5: GRPO, ExTra-R, ExTra (full) and the base for seeds 0-26 are ``extra_gamma``'s jobs (the ``extra`` suite
     predates records, so on a clone its six seeds of DAPO / ExTra-N are trained again)."""
-    from llm_harness.compare.runner import CompareConfig as C
-
     s = SUITES["extra_main"]
     assert s.family() == ev.EXTRA_TABLES[0].arms and s.sizes["seeds"] == 27
     assert set(s.shares_records_with) == {"extra", "extra_gamma", "extra_signal"}
     assert ev.estimated_hours("extra_main") <= 2.0
     assert ev.estimated_hours("extra_main", after_siblings=True) < ev.estimated_hours("extra_main") / 2
-    shared = {j.fingerprint for sib in s.shares_records_with for j in plan_jobs(C(suite=sib, out=Path(f"/nonexistent/{sib}")))}
-    left = {(j.method, j.seed) for j in plan_jobs(C(suite="extra_main", out=Path("/nonexistent/extra_main"))) if j.fingerprint not in shared}
+    left = {(j.method, j.seed) for j in ev.jobs_left("extra_main", after_siblings=True)}
     assert left == {(m, sd) for m in ("dapo", "extra_n") for sd in range(6, 27)}
 
 
@@ -132,15 +129,12 @@ def test_table5_suite_at_its_powered_size_fits_after_table1():
     """``extra_gamma`` needs 28 seeds (its 20-seed spread): 2.3 h alone by the cost model, too long for one 2-hour
     run, but ``extra_main`` (1.9 h) trains its GRPO, ExTra-R and ExTra (full) runs to seed 26, after which the γ
     arms and seed 27 are left (about 1.2 h). Naming a suite it shares nothing with is an error, not a silent 0."""
-    from llm_harness.compare.runner import CompareConfig as C
-
     assert SUITES["extra_gamma"].sizes["seeds"] == 28
     alone, after_main = ev.estimated_hours("extra_gamma"), ev.estimated_hours("extra_gamma", after_siblings=("extra_main",))
     assert alone > 2.0 and after_main <= 1.5
     assert ev.estimated_hours("extra_gamma", after_siblings=True) <= after_main
     assert ev.estimated_hours("extra_gamma", after_siblings="extra_main") == after_main
-    main = {j.fingerprint for j in plan_jobs(C(suite="extra_main", out=Path("/nonexistent/extra_main")))}
-    left = {(j.method, j.seed) for j in plan_jobs(C(suite="extra_gamma", out=Path("/nonexistent/extra_gamma"))) if j.fingerprint not in main}
+    left = {(j.method, j.seed) for j in ev.jobs_left("extra_gamma", after_siblings=("extra_main",))}
     assert left == ({(m, sd) for m in ("gamma0.5", "gamma2", "gamma5") for sd in range(28)}
                     | {(m, 27) for m in ("grpo", "extra_r", "extra_full", "base")})
     with pytest.raises(ValueError, match="shares no records with"):
@@ -150,14 +144,9 @@ def test_table5_suite_at_its_powered_size_fits_after_table1():
 def test_table13_suite_fits_two_hours_after_the_per_table_suites():
     """``replay_aes`` (13 arms x 27 seeds) after its siblings trains the two uniform-rollout τ arms, the seeds of the
     τ and priority arms beyond their suites' 22 / 23 and seed 26 of ``replay_ratio``'s arms and the base."""
-    from llm_harness.compare.runner import CompareConfig as C
-
     assert SUITES["replay_aes"].sizes["seeds"] == 27
     assert ev.estimated_hours("replay_aes", after_siblings=True) <= 2.0
-    shared = {j.fingerprint for s in ("replay_tau", "replay_priority", "replay_ratio")
-              for j in plan_jobs(C(suite=s, out=Path(f"/nonexistent/{s}")))}
-    left = {(j.method, j.seed) for j in plan_jobs(C(suite="replay_aes", out=Path("/nonexistent/replay_aes")))
-            if j.fingerprint not in shared}
+    left = {(j.method, j.seed) for j in ev.jobs_left("replay_aes", after_siblings=("replay_tau", "replay_priority", "replay_ratio"))}
     assert left == ({(m, s) for m in ("uniform_rollout_tau1", "uniform_rollout_tau30") for s in range(27)}
                     | {(m, s) for m in ("abs_tau1", "abs_tau30", "abs_tau60") for s in range(22, 27)}
                     | {(m, s) for m in ("uniform_query", "uniform_rollout", "sigma_query", "sigma_rollout") for s in range(23, 27)}
