@@ -146,7 +146,8 @@ def load_backend(cfg: StudyConfig) -> tuple[Any, Any]:
 
     tokenizer = keep_unknown_token(AutoTokenizer.from_pretrained(path, local_files_only=True))
     backend = VLLMBackend.from_config(
-        VLLMBackendConfig(model=path, scorer_device=cfg.device, scorer_dtype=cfg.dtype)
+        # the scorer's dtype for the engine too, never vLLM's "auto" (an fp32 model would run in bf16)
+        VLLMBackendConfig(model=path, dtype=cfg.dtype, scorer_device=cfg.device, scorer_dtype=cfg.dtype)
     )
     return backend, tokenizer
 

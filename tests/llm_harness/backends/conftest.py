@@ -27,3 +27,12 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _close_vllm_engines():
+    """Shut the cached vLLM engines down at the end of the session (backend_models.vllm_engine_for)."""
+    yield
+    from backend_models import close_vllm_engines
+
+    close_vllm_engines()
