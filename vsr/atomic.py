@@ -59,15 +59,17 @@ def _json_default(o: Any):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def save_figure(fig, out_dir: str | os.PathLike, stem: str, *, dpi: int = 120) -> list[Path]:
-    """Atomically save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` in ``out_dir``, then close it.
+def save_figure(fig, out_dir: str | os.PathLike, stem: str, *, dpi: int = 120,
+                formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Atomically save ``fig`` as ``<stem>.<ext>`` for each of ``formats`` (default PNG and PDF) in
+    ``out_dir``, then close it.
 
-    Returns the two paths, PNG first.
+    Returns the paths in the order of ``formats``.
     """
     import matplotlib.pyplot as plt
 
     paths = []
-    for ext in ("png", "pdf"):
+    for ext in formats:
         path = Path(out_dir) / f"{stem}.{ext}"
         with atomic_path(path) as tmp:
             # no creation date in the PDF: the same figure gives the same bytes (a rebuilt report leaves no diff)

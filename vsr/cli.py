@@ -73,6 +73,14 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
     "pool select": CommandSpec(
         "llm_harness.trainer.pool:select_command", "Select a fixed pool of hard training prompts (at most m successes in n samples)."
     ),
+    "model import": CommandSpec(
+        "llm_harness.models.gguf_import:import_command",
+        "GGUF file or named model (smollm2-135m-instruct) -> verified safetensors model folder (prints its path).",
+    ),
+    "model card": CommandSpec(
+        "llm_harness.models.card:card_command",
+        "Card of a real model on the arithmetic ladder: pass-rate histogram at T=1, continuation vs alpha, lengths.",
+    ),
     "compare": CommandSpec(
         "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures)."
     ),

@@ -3,11 +3,13 @@
 SPEC §3.6 (verification, prompt template) and §3.2 (expert solutions for cold start).
 ``get_task(name, **params)`` builds a registered task: ``"step_arith"`` (the CPU test bed),
 ``"math"`` (JSONL/parquet/Hugging Face problems with ``\\boxed{}`` answers) and
-``"reasoning_gym"`` (any reasoning-gym dataset; needs ``pip install reasoning-gym``).
+``"reasoning_gym"`` (any reasoning-gym dataset; needs ``pip install reasoning-gym``) and
+``"arith_ladder"`` (easy natural-language arithmetic for small pretrained chat models).
 Importing this package is light: math-verify and reasoning-gym are imported lazily (math-verify
 only inside verification worker processes).
 """
 
+from llm_harness.tasks.arith_ladder import ArithLadderConfig, ArithLadderTask, read_natural_answer
 from llm_harness.tasks.base import ParseStatus, Problem, Step, Task, VerifyResult, assign_split, has_chat_template
 from llm_harness.tasks.isolation import CallOutcome, IsolatedRunner, shared_runner
 from llm_harness.tasks.math_answers import extract_boxed, normalize_answer
@@ -26,6 +28,8 @@ from llm_harness.tasks.step_arith import (
 
 __all__ = [
     "ALPHABET",
+    "ArithLadderConfig",
+    "ArithLadderTask",
     "CallOutcome",
     "IsolatedRunner",
     "MathFields",
@@ -50,6 +54,7 @@ __all__ = [
     "has_chat_template",
     "load_math_file",
     "normalize_answer",
+    "read_natural_answer",
     "register_task",
     "shared_runner",
     "split_math_steps",

