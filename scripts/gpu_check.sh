@@ -8,6 +8,7 @@
 #   3. run scripts/gpu_check_train.py: GRPO and all method plug-ins training on CUDA, with resume
 #      (gpu_train.json);
 #   4. run one prefix-value study (sigma-validation, quick) with the HF backend on CUDA;
+#      4b. with vLLM importable: 3 GRPO steps and that study with --backend vllm (weight sync on the GPU);
 #   5. agents: vsr eval --env (the batched multi-turn engine) and GiGPO + VSR training with resume;
 #   6. verl 0.9.1 (issue 17): a 2-step smoke of each method of scripts/verl/train.sh on the test-bed
 #      model, when verl and vLLM are importable (VERL_PYTHON, default $PY); skipped, and said so, otherwise.
@@ -41,6 +42,7 @@ if "$PY" -c 'import pytest, hypothesis' 2>/dev/null; then
     # the benchmark smoke test is left out: it needs the project's CLI dependencies (tyro, ...)
     VSR_TEST_DEVICE=cuda timeout 150 "$PY" -m pytest tests/llm_harness/backends -q -p no:cacheprovider \
         --ignore=tests/llm_harness/backends/test_generation_benchmark.py \
+        --ignore=tests/llm_harness/backends/test_vllm_commands.py \
         --junitxml="$OUT_DIR/backend_tests.xml" 2>&1 | tee "$OUT_DIR/backend_tests.log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" -ne 0 ]; then echo "gpu_check: backend test suite FAILED (exit $rc; 124 = timed out)" >&2; status=1; fi
@@ -67,6 +69,21 @@ echo "== prefix-value study (sigma-validation, quick) on cuda =="
 timeout 180 "$PY" -m prefixvalue "${STUDY:-sigma-validation}" --quick --device cuda --no-progress --out "$OUT_DIR/study"
 rc=$?
 if [ "$rc" -ne 0 ]; then echo "gpu_check: prefix-value study FAILED (exit $rc; 124 = timed out)" >&2; status=1; fi
+
+# 4b. the vLLM backend on the GPU (issue 36), when vLLM is importable: the same in-process weight-transfer path as
+#     on the CPU; GRPO for 3 steps with a weight sync after each, and one study, both with --backend vllm
+if "$PY" -c 'import vllm' 2>/dev/null; then
+    echo "== vLLM on cuda: vsr train --model.backend vllm (3 steps), sigma-validation --quick --backend vllm =="
+    timeout 240 "$PY" -m vsr train --config configs/testbed_grpo.yaml --steps 3 --model.backend vllm --model.device cuda \
+      --validation.every 3 --validation.n-problems 16 --validation.k 2 --run.run-dir "$OUT_DIR/vllm_train" --run.progress false
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "gpu_check: vsr train on vLLM FAILED (exit $rc)" >&2; status=1; fi
+    timeout 180 "$PY" -m prefixvalue sigma-validation --quick --backend vllm --device cuda --no-progress --out "$OUT_DIR/vllm_study"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "gpu_check: study on vLLM FAILED (exit $rc)" >&2; status=1; fi
+else
+    echo "== vLLM on cuda SKIPPED: vllm is not importable by $PY =="
+fi
 
 # 5. agents on CUDA (issues 15, 16): the batched multi-turn engine (vsr eval --env), then GiGPO + VSR
 #    over interaction states training on Sokoban with a stop + resume, on a random text-alphabet model
