@@ -19,10 +19,13 @@ the model's chat template (``Task.render_prompt``):
 3. **Response lengths** (new tokens, the stop token included) of the pass-rate samples, by level
    and by outcome, and how many hit ``max_new_tokens``.
 
-Outputs in ``out``: ``README.md`` (the numbers), ``summary.json``, ``config.yaml``, and three PNG
-figures each with the CSV of its numbers (``pass_rates``, ``continuation_vs_alpha``,
-``response_lengths``), plus ``prompts.csv`` (one row per prompt). ``--model`` is a model folder or
-a registered model name, imported into the cache first (``vsr model import``).
+Outputs in ``out``: the raw results (``samples.jsonl``: every pass-rate sample with its response text
+and the answer the verifier read; ``continuation_rows.csv``; ``run.json``: model, timing, machine),
+then what is computed from them alone (``--reanalyze`` redoes this part without sampling):
+``README.md`` (the numbers), ``summary.json``, ``config.yaml``, ``prompts.csv`` (one row per
+prompt) and three PNG figures each with the CSV of its numbers (``pass_rates``,
+``continuation_vs_alpha``, ``response_lengths``). ``--model`` is a model folder or a registered
+model name, imported into the cache first (``vsr model import``).
 
 This module sits at the level of the prefix-value studies (it imports :mod:`prefixvalue`); the
 import modules of this package import nothing above ``vsr``.
@@ -30,6 +33,7 @@ import modules of this package import nothing above ``vsr``.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
@@ -41,7 +45,8 @@ import numpy as np
 
 from vsr.checks import check_number
 
-__all__ = ["CardConfig", "card_command", "level_stats", "pass_rate_table", "render_readme", "run_card"]
+__all__ = ["CardConfig", "card_command", "collect_card", "level_stats", "pass_rate_table", "render_readme", "run_card",
+           "sample_matrices"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,9 @@ class CardConfig:
 
     model: str = "smollm2-135m-instruct"
     """A model folder, or a registered model name (imported into the cache first)."""
-    task_params: tuple[str, ...] = ()
-    """Parameters of the ``arith_ladder`` task as ``key=value`` strings (e.g. ``levels=[add,sub]``, ``n_test=64``)."""
+    task_params: tuple[str, ...] = ("n_test=52",)
+    """Parameters of the ``arith_ladder`` task as ``key=value`` strings (e.g. ``levels=[add,sub]``); default: 52 test
+    prompts per level, 260 over the five levels."""
     split: str = "test"
     """Split of the ladder whose prompts are measured."""
     samples: int = 8
@@ -76,6 +82,9 @@ class CardConfig:
     """``torch.set_num_threads``; 0 leaves torch's default."""
     progress: bool = True
     """Show progress bars."""
+    reanalyze: bool = False
+    """Sample nothing: rebuild the summary, figures and README from ``samples.jsonl``,
+    ``continuation_rows.csv`` and ``run.json`` already in ``out``."""
 
     def __post_init__(self) -> None:
         for name in ("samples", "max_new_tokens", "n_continuations", "max_batch_sequences"):
@@ -92,20 +101,21 @@ class CardConfig:
 
 
 # ---------------------------------------------------------------------------- pure summaries
-def pass_rate_table(problems: Sequence[Any], correct: np.ndarray, lengths: np.ndarray, max_new_tokens: int):
+def pass_rate_table(problems: Sequence[dict[str, Any]], correct: np.ndarray, lengths: np.ndarray, max_new_tokens: int):
     """One row per prompt: ``id, level, difficulty, prompt, answer, n_correct, samples, pass_rate,
-    mean_length, n_at_budget`` from ``correct[prompt, sample]`` and ``lengths[prompt, sample]``."""
+    mean_length, n_at_budget`` from the prompts' ``{"id", "level", "difficulty", "prompt", "answer"}``,
+    ``correct[prompt, sample]`` and ``lengths[prompt, sample]``."""
     import pandas as pd
 
     correct, lengths = np.asarray(correct), np.asarray(lengths)
     if correct.shape != lengths.shape or correct.ndim != 2 or correct.shape[0] != len(problems):
         raise ValueError(f"correct: expected shape ({len(problems)}, k) equal to lengths', got {correct.shape} and {lengths.shape}")
     return pd.DataFrame({
-        "id": [p.id for p in problems],
-        "level": [p.metadata.get("level", "") for p in problems],
-        "difficulty": [p.difficulty for p in problems],
-        "prompt": [p.prompt for p in problems],
-        "answer": [p.answer for p in problems],
+        "id": [p["id"] for p in problems],
+        "level": [p["level"] for p in problems],
+        "difficulty": [p["difficulty"] for p in problems],
+        "prompt": [p["prompt"] for p in problems],
+        "answer": [p["answer"] for p in problems],
         "n_correct": correct.sum(1).astype(int),
         "samples": np.full(len(problems), correct.shape[1]),
         "pass_rate": correct.mean(1),
@@ -146,6 +156,7 @@ def level_stats(table, correct: np.ndarray, lengths: np.ndarray, levels: Sequenc
             "length_correct_mean": float(n[c == 1].mean()) if (c == 1).any() else None,
             "length_wrong_mean": float(n[c == 0].mean()) if (c == 0).any() else None,
             "share_at_budget": float(budget_hit[rows].mean()),
+            "share_correct_at_budget": float(budget_hit[rows][c == 1].mean()) if (c == 1).any() else None,
         })
     return out
 
@@ -294,7 +305,8 @@ def render_readme(summary: dict[str, Any]) -> str:
         f"`arith_ladder` task (`llm_harness/tasks/arith_ladder.py`), split `{cfg['split']}`: {stats[-1]['prompts']} prompts x "
         f"{cfg['samples']} samples, responses of at most {cfg['max_new_tokens']} tokens, seed {cfg['seed']}. "
         "Regenerate with `vsr model card` (after `make real-model`); the configuration is in `config.yaml`, every number "
-        "below in `summary.json`, per-prompt results in `prompts.csv`.",
+        "below in `summary.json`, per-prompt results in `prompts.csv`, every sample with its response and the answer "
+        "read from it in `samples.jsonl`.",
         "",
         "## Pass rates (T = 1)",
         "",
@@ -304,6 +316,10 @@ def render_readme(summary: dict[str, Any]) -> str:
         "",
         markdown_table(("level", "prompts", "mean pass", "mixed", "p̂ = 0", "p̂ = 1", "mean length", "length (correct)",
                         "length (wrong)", "at budget"), rows),
+        "",
+        f"A response that reaches the {cfg['max_new_tokens']}-token budget (column *at budget*) is graded on the text so far; "
+        f"{_fmt(stats[-1]['share_correct_at_budget'])} of the correct samples are such cut-off responses. How the verifier "
+        "found the answer, over all samples: " + ", ".join(f"{k or 'no number'} {v}" for k, v in summary["answer_rules"].items()) + ".",
         "",
         "![pass rates](pass_rates.png)",
         "",
@@ -366,8 +382,11 @@ def resolve_model(model: str) -> tuple[Path, str, str]:
     return folder, folder.name, f"model folder {folder}"
 
 
-def run_card(cfg: CardConfig) -> dict[str, Any]:
-    """Measure, write every output into ``cfg.out`` and return the summary (module doc)."""
+def collect_card(cfg: CardConfig, out: Path):
+    """Sample everything the card needs (module doc, items 1-2) and save the raw results in ``out``:
+    ``samples.jsonl`` (one row per pass-rate sample, its response text and the answer read from it),
+    ``continuation_rows.csv`` (the hint-ratio study's rows) and ``run.json`` (model, timing, machine).
+    Returns ``(samples, continuation rows, run info)``."""
     import pandas as pd
     import torch
     import transformers
@@ -380,14 +399,11 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
     from prefixvalue.engine import build_context
     from prefixvalue.studies import hint_ratio
     from vsr.atomic import write_json, write_text
-    from vsr.config_io import save_config
 
     t_start = time.perf_counter()
     load_start = os.getloadavg()[0]
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     folder, name, info = resolve_model(cfg.model)
     task = get_task("arith_ladder", **parse_task_params(cfg.task_params))
     problems = task.problems(task.check_split(cfg.split))
@@ -397,14 +413,10 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
     backend = HFBackend.from_pretrained(str(folder), config=HFBackendConfig(
         model=str(folder), device="cpu", max_batch_sequences=cfg.max_batch_sequences))
     load_s = time.perf_counter() - t0
-
-    # 1. pass rates
-    hcfg = hint_ratio.HintRatioConfig(
-        model=str(folder), task="arith_ladder", task_params=cfg.task_params, split=cfg.split, response_budget=cfg.max_new_tokens,
-        seed=cfg.seed, alphas=cfg.alphas, n_continuations=cfg.n_continuations, temperature=cfg.temperature,
-        max_batch_sequences=cfg.max_batch_sequences, out=str(out), progress=cfg.progress)
+    hcfg = _hint_config(cfg, str(folder))
     ctx = build_context(hcfg, backend=backend, tokenizer=backend.tokenizer)  # also checks the tokenizer covers the task
     try:
+        # 1. pass rates
         t0 = time.perf_counter()
         ev = sample_and_verify(backend, ctx.codec, task, ctx.verifier, problems, k=cfg.samples, temperature=cfg.temperature,
                                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, stream=("model card",),
@@ -423,47 +435,114 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
         hint_s = time.perf_counter() - t0
     finally:
         ctx.close()
-
-    levels = list(dict.fromkeys(p.metadata["level"] for p in problems))
-    table = pass_rate_table(problems, ev.correct, ev.lengths, cfg.max_new_tokens)
-    stats = level_stats(table, ev.correct, ev.lengths, levels, cfg.max_new_tokens)
-    hint_summary: dict[str, Any] = {"n_problems": 0, "n_continuations": cfg.n_continuations, "curve": [], "by_level": []}
-    if rows:
-        htable = pd.DataFrame(rows)
-        hint_summary = hint_ratio.analyze(htable, hcfg)
-        hint_summary["by_level"] = hint_curve_by_level(htable, levels)
-        _write_csv(htable, out / "continuation_rows.csv")
-    hint_summary["counts"] = hint_counts
-    examples = []
-    for lv in levels:
-        i = next(j for j, p in enumerate(problems) if p.metadata["level"] == lv)
-        ids = ev.token_ids[i][0]
-        text = completion_text(ctx.codec, ids, bool(ids) and ids[-1] in backend.eos_token_ids)
-        examples.append({"level": lv, "prompt": problems[i].prompt, "answer": problems[i].answer,
-                         "response": text if len(text) <= 160 else text[:157] + "...", "correct": bool(ev.correct[i, 0])})
-    hint_tokens = int(sum(r["mean_new_tokens"] * r["n"] for r in rows))
-    summary = {
-        "model_name": name,
-        "model_info": info,
-        "model_folder": str(folder),
-        "config": asdict(cfg),
-        "levels": stats,
-        "pass_rate_histogram": {lv: np.bincount(table.loc[table["level"] == lv, "n_correct"], minlength=cfg.samples + 1).tolist()
-                                for lv in levels},
-        "hint_ratio": hint_summary,
-        "counts": ev.counts,
-        "tokens": {"pass_rates": int(ev.lengths.sum()), "hint_ratio": hint_tokens},
-        "examples": examples,
+    records = []
+    for i, p in enumerate(problems):
+        for j, ids in enumerate(ev.token_ids[i]):
+            stopped = bool(ids) and ids[-1] in backend.eos_token_ids
+            text = completion_text(ctx.codec, ids, stopped)
+            v = task.verify(p, text)
+            if int(v.correct) != int(ev.correct[i, j]):  # the sampler graded the same text
+                raise RuntimeError(f"problem {p.id!r} sample {j}: re-verification disagrees with the sampler")
+            records.append({"problem_id": p.id, "level": p.metadata["level"], "difficulty": p.difficulty, "prompt": p.prompt,
+                            "answer": p.answer, "sample": j, "correct": int(ev.correct[i, j]), "length": int(ev.lengths[i, j]),
+                            "stopped": stopped, "extracted": v.extracted, "rule": v.detail, "response": text})
+    samples = pd.DataFrame(records)
+    hint_rows = pd.DataFrame(rows)
+    run = {
+        "model_name": name, "model_info": info, "model_folder": str(folder),
+        "counts": ev.counts, "hint_counts": hint_counts,
         "timing": {"load_s": load_s, "pass_rates_s": pass_s, "hint_ratio_s": hint_s, "total_s": time.perf_counter() - t_start},
         "environment": {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
                         "cpu_count": os.cpu_count(), "num_threads": torch.get_num_threads(), "load_start": load_start,
                         "load_end": os.getloadavg()[0]},
     }
+    write_text(out / "samples.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    _write_csv(hint_rows, out / "continuation_rows.csv")
+    write_json(out / "run.json", run)
+    return samples, hint_rows, run
+
+
+def _hint_config(cfg: CardConfig, model: str):
+    from prefixvalue.studies import hint_ratio
+
+    return hint_ratio.HintRatioConfig(
+        model=model, task="arith_ladder", task_params=cfg.task_params, split=cfg.split, response_budget=cfg.max_new_tokens,
+        seed=cfg.seed, alphas=cfg.alphas, n_continuations=cfg.n_continuations, temperature=cfg.temperature,
+        max_batch_sequences=cfg.max_batch_sequences, out=cfg.out, progress=cfg.progress)
+
+
+def sample_matrices(samples) -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
+    """``(prompts, correct[prompt, sample], lengths[prompt, sample])`` from ``samples.jsonl``'s rows,
+    prompts in their first-appearance order."""
+    order = list(dict.fromkeys(samples["problem_id"]))
+    first = samples.drop_duplicates("problem_id").set_index("problem_id")
+    k = int(samples["sample"].max()) + 1
+    if len(samples) != len(order) * k:
+        raise ValueError(f"samples: expected {k} samples for each of {len(order)} prompts, got {len(samples)} rows")
+    idx = {pid: i for i, pid in enumerate(order)}
+    correct = np.zeros((len(order), k), dtype=np.int64)
+    lengths = np.zeros((len(order), k), dtype=np.int64)
+    r, c = samples["problem_id"].map(idx).to_numpy(), samples["sample"].to_numpy()
+    correct[r, c], lengths[r, c] = samples["correct"].to_numpy(), samples["length"].to_numpy()
+    prompts = [{"id": pid, **first.loc[pid, ["level", "difficulty", "prompt", "answer"]].to_dict()} for pid in order]
+    return prompts, correct, lengths
+
+
+def run_card(cfg: CardConfig) -> dict[str, Any]:
+    """Sample (or, with ``reanalyze``, read the saved samples), analyse, and write every output into
+    ``cfg.out``; returns the summary (module doc)."""
+    import pandas as pd
+
+    from prefixvalue.studies import hint_ratio
+    from vsr.atomic import write_json, write_text
+    from vsr.config_io import save_config
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.reanalyze:
+        missing = [f for f in ("samples.jsonl", "continuation_rows.csv", "run.json") if not (out / f).is_file()]
+        if missing:
+            raise ValueError(f"reanalyze: {str(out)!r} has no {', '.join(missing)} (run the card without --reanalyze first)")
+        samples = pd.DataFrame([json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line])
+        try:
+            hint_rows = pd.read_csv(out / "continuation_rows.csv", dtype={"correct_bits": str})  # keep leading zeros
+        except pd.errors.EmptyDataError:
+            hint_rows = pd.DataFrame()
+        run = json.loads((out / "run.json").read_text())
+    else:
+        samples, hint_rows, run = collect_card(cfg, out)
+    prompts, correct, lengths = sample_matrices(samples)
+    levels = list(dict.fromkeys(p["level"] for p in prompts))
+    table = pass_rate_table(prompts, correct, lengths, cfg.max_new_tokens)
+    stats = level_stats(table, correct, lengths, levels, cfg.max_new_tokens)
+    hint_summary: dict[str, Any] = {"n_problems": 0, "n_continuations": cfg.n_continuations, "curve": [], "by_level": []}
+    if len(hint_rows):
+        hint_summary = hint_ratio.analyze(hint_rows, _hint_config(cfg, run["model_folder"]))
+        hint_summary["by_level"] = hint_curve_by_level(hint_rows, levels)
+    hint_summary["counts"] = run["hint_counts"]
+    first = samples[samples["sample"] == 0].drop_duplicates("level")
+    examples = [{"level": r.level, "prompt": r.prompt, "answer": str(r.answer), "correct": bool(r.correct),
+                 "response": r.response if len(r.response) <= 160 else r.response[:157] + "..."} for r in first.itertuples()]
+    summary = {
+        "model_name": run["model_name"], "model_info": run["model_info"], "model_folder": run["model_folder"],
+        "config": asdict(cfg),
+        "levels": stats,
+        "pass_rate_histogram": {lv: np.bincount(table.loc[table["level"] == lv, "n_correct"], minlength=correct.shape[1]).tolist()
+                                for lv in levels},
+        "answer_rules": {str(k): int(v) for k, v in samples["rule"].value_counts().items()},
+        "hint_ratio": hint_summary,
+        "counts": run["counts"],
+        "tokens": {"pass_rates": int(lengths.sum()),
+                   "hint_ratio": int((hint_rows["mean_new_tokens"] * hint_rows["n"]).sum()) if len(hint_rows) else 0},
+        "examples": examples,
+        "timing": run["timing"],
+        "environment": run["environment"],
+    }
     _write_csv(table, out / "prompts.csv")
-    plot_pass_rates(table, stats, cfg.samples, out)
-    if rows:
+    plot_pass_rates(table, stats, correct.shape[1], out)
+    if len(hint_rows):
         plot_hint_curve(hint_summary, hint_summary["by_level"], out)
-    plot_lengths(ev.lengths, ev.correct, table["level"].to_numpy(), levels, cfg.max_new_tokens, out)
+    plot_lengths(lengths, correct, table["level"].to_numpy(), levels, cfg.max_new_tokens, out)
     save_config(cfg, out / "config.yaml")
     write_json(out / "summary.json", summary)
     write_text(out / "README.md", render_readme(summary))

@@ -78,8 +78,8 @@ class ImportConfig:
     """Root of the model cache; empty = ``$VSR_CACHE_DIR/models``, else
     ``$XDG_CACHE_HOME/vsr-toolkit/models``, else ``~/.cache/vsr-toolkit/models``."""
     sha256: str = ""
-    """Expected sha256 (hex) of a GGUF given by path; empty = record it without checking. Named
-    models are always checked against the hash pinned in the registry."""
+    """Expected sha256 (hex) of the GGUF; empty = record it without checking. Named models are
+    always checked against the hash pinned in the registry as well."""
     force: bool = False
     """Rebuild even when a verified folder exists (the old folder is moved aside, then deleted)."""
     num_threads: int = 0
@@ -138,6 +138,8 @@ def resolve_source(source: str, expected_sha256: str = "") -> GGUFSource:
                 f"source: {str(path)!r} has sha256 {got}, but {source!r} ({entry.distribution} {entry.version}) is pinned "
                 f"to {entry.sha256}; the installed file is corrupt or another version; reinstall with: {entry.install}"
             )
+        if expected_sha256 and got != expected_sha256.lower():
+            raise ValueError(f"sha256: {str(path)!r} has sha256 {got}, expected {expected_sha256.lower()}")
         return GGUFSource(source, path, got, entry)
     path = Path(source).expanduser()
     if not path.is_file():
@@ -206,11 +208,11 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
     (library versions, architecture, GGUF tensor types, ``rope_theta_added``, round-trip results).
     Raises ValueError when the GGUF cannot be read or the round trip does not reproduce it.
     """
+    _require_gguf_reader()
     import gguf
     import torch
     import transformers
 
-    _require_gguf_reader()
     folder, fname = str(gguf_path.parent), gguf_path.name
     reader = gguf.GGUFReader(str(gguf_path))
     tensor_types: dict[str, int] = {}
@@ -336,9 +338,9 @@ def import_model(cfg: ImportConfig) -> Path:
     src = resolve_source(cfg.source, cfg.sha256)
     dest = Path(cfg.out).expanduser() if cfg.out else (Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()) / src.folder_name
     dest = dest.absolute()
+    if dest.exists() and (not dest.is_dir() or not (dest / MANIFEST).is_file()):  # never replaced, not even with --force
+        raise ValueError(f"out: {str(dest)!r} exists and is not a folder written by `vsr model import`; remove it or choose another --out")
     if dest.exists() and not cfg.force:
-        if not dest.is_dir() or not (dest / MANIFEST).is_file():
-            raise ValueError(f"out: {str(dest)!r} exists and is not a folder written by `vsr model import`; remove it or choose another --out")
         try:
             _check_cached(dest, src)
         except ValueError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,7 +14,8 @@ from llm_harness.tasks import get_task
 
 def test_level_stats_counts_mixed_prompts_and_lengths():
     task = get_task("arith_ladder", levels=("add", "sub"), n_test=3)
-    problems = task.problems("test")[:4]  # add, sub, add, sub
+    problems = [{"id": p.id, "level": p.metadata["level"], "difficulty": p.difficulty, "prompt": p.prompt, "answer": p.answer}
+                for p in task.problems("test")[:4]]  # add, sub, add, sub
     correct = np.array([[1, 1], [0, 1], [0, 0], [1, 0]])
     lengths = np.array([[5, 7], [48, 10], [48, 48], [3, 9]])
     table = pass_rate_table(problems, correct, lengths, 48)
@@ -24,13 +26,14 @@ def test_level_stats_counts_mixed_prompts_and_lengths():
     assert stats["sub"]["share_mixed"] == 1.0 and stats["sub"]["mean_pass"] == 0.5
     assert stats["all"]["share_mixed"] == 0.5 and stats["all"]["prompts"] == 4
     assert stats["add"]["length_correct_mean"] == 6.0 and stats["add"]["length_wrong_mean"] == 48.0
-    assert stats["all"]["share_at_budget"] == 3 / 8
+    assert stats["all"]["share_at_budget"] == 3 / 8 and stats["all"]["share_correct_at_budget"] == 0.0
     lo, hi = stats["all"]["share_mixed_ci"]
     assert 0 < lo < 0.5 < hi < 1
     with pytest.raises(ValueError, match="expected shape"):
         pass_rate_table(problems, correct[:3], lengths[:3], 48)
 
 
+@pytest.mark.slow
 def test_card_end_to_end_on_a_tiny_model(tiny_chat_folder, tmp_path):
     out = tmp_path / "card"
     cfg = CardConfig(model=str(tiny_chat_folder), task_params=("levels=[add, sub]", "n_test=3"), samples=3, max_new_tokens=40,
@@ -51,12 +54,21 @@ def test_card_end_to_end_on_a_tiny_model(tiny_chat_folder, tmp_path):
     assert saved["tokens"]["pass_rates"] == round((prompts["mean_length"] * prompts["samples"]).sum())
     readme = (out / "README.md").read_text()
     assert "Pass rates" in readme and "| all |" in readme
+    samples = pd.read_json(out / "samples.jsonl", lines=True)
+    assert len(samples) == 6 * 3 and set(samples["correct"]) <= {0, 1}
+    # the saved samples alone give the same card
+    re = run_card(dataclasses.replace(cfg, reanalyze=True))
+    assert {k: re[k] for k in ("levels", "pass_rate_histogram", "hint_ratio", "tokens", "examples")} == {
+        k: summary[k] for k in ("levels", "pass_rate_histogram", "hint_ratio", "tokens", "examples")}
     # the same seed reproduces the same samples
     again = run_card(cfg)
     assert again["pass_rate_histogram"] == summary["pass_rate_histogram"]
     assert again["hint_ratio"]["curve"] == summary["hint_ratio"]["curve"]
+    assert pd.read_json(out / "samples.jsonl", lines=True)["response"].tolist() == samples["response"].tolist()
 
 
 def test_card_refuses_a_folder_without_config(tmp_path):
     with pytest.raises(ValueError, match="neither a registered model name"):
         run_card(CardConfig(model=str(tmp_path), out=str(tmp_path / "o"), progress=False))
+    with pytest.raises(ValueError, match="reanalyze: .* has no samples.jsonl"):
+        run_card(CardConfig(model=str(tmp_path), out=str(tmp_path / "o"), progress=False, reanalyze=True))

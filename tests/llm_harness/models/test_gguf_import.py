@@ -138,8 +138,9 @@ def test_existing_foreign_folder_is_not_overwritten(source, tmp_path):
     _, path = source
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="is not a folder written by `vsr model import`"):
-        import_model(ImportConfig(source=str(path), out=str(tmp_path / "m")))
+    for force in (False, True):
+        with pytest.raises(ValueError, match="is not a folder written by `vsr model import`"):
+            import_model(ImportConfig(source=str(path), out=str(tmp_path / "m"), force=force))
     assert (tmp_path / "m" / "notes.txt").read_text() == "mine"
 
 
