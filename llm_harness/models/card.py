@@ -289,7 +289,7 @@ def render_readme(summary: dict[str, Any]) -> str:
     rows = [(s["level"], s["prompts"], f"{s['mean_pass']:.3f} [{s['mean_pass_lo']:.3f}, {s['mean_pass_hi']:.3f}]",
              f"**{s['share_mixed']:.2f}** [{s['share_mixed_ci'][0]:.2f}, {s['share_mixed_ci'][1]:.2f}]",
              _fmt(s["share_zero"]), _fmt(s["share_one"]), _fmt(s["length_mean"], 1), _fmt(s["length_correct_mean"], 1),
-             _fmt(s["length_wrong_mean"], 1), _fmt(s["share_at_budget"])) for s in stats]
+             _fmt(s["length_wrong_mean"], 1), _fmt(s["share_at_budget"]), _fmt(s["share_correct_stated"])) for s in stats]
     curve_rows = [(f"{c['alpha']:.2f}", f"{c['mean']:.3f}", f"[{c['ci_lo']:.3f}, {c['ci_hi']:.3f}]",
                    *[_fmt(next((r["mean"] for r in hint["by_level"] if r["level"] == s["level"] and r["alpha"] == c["alpha"]), None))
                      for s in stats if s["level"] != "all"]) for c in hint["curve"]]
@@ -315,11 +315,14 @@ def render_readme(summary: dict[str, Any]) -> str:
         "so this is a lower bound. Intervals: 95 %, mean pass clustered by prompt, shares Clopper-Pearson.",
         "",
         markdown_table(("level", "prompts", "mean pass", "mixed", "p̂ = 0", "p̂ = 1", "mean length", "length (correct)",
-                        "length (wrong)", "at budget"), rows),
+                        "length (wrong)", "at budget", "correct, stated"), rows),
         "",
         f"A response that reaches the {cfg['max_new_tokens']}-token budget (column *at budget*) is graded on the text so far; "
         f"{_fmt(stats[-1]['share_correct_at_budget'])} of the correct samples are such cut-off responses. How the verifier "
-        "found the answer, over all samples: " + ", ".join(f"{k or 'no number'} {v}" for k, v in summary["answer_rules"].items()) + ".",
+        "found the answer, over all samples: " + ", ".join(f"{k or 'no number'} {v}" for k, v in summary["answer_rules"].items()) + ". "
+        "The verifier reads the last number, so a rambling response can pass by mentioning the answer last without "
+        "stating it; *correct, stated* is the share of correct samples that state it as a result (`= 5`, `is 5`, "
+        "`equals 5`, ...: `arith_ladder.states_result`), the rest are such incidental passes.",
         "",
         "![pass rates](pass_rates.png)",
         "",
@@ -394,6 +397,7 @@ def collect_card(cfg: CardConfig, out: Path):
 
     from llm_harness.backends import HFBackend, HFBackendConfig
     from llm_harness.tasks import get_task
+    from llm_harness.tasks.arith_ladder import states_result
     from llm_harness.trainer.evaluation import completion_text, sample_and_verify
     from prefixvalue.config import parse_task_params
     from prefixvalue.engine import build_context
@@ -441,11 +445,12 @@ def collect_card(cfg: CardConfig, out: Path):
             stopped = bool(ids) and ids[-1] in backend.eos_token_ids
             text = completion_text(ctx.codec, ids, stopped)
             v = task.verify(p, text)
+            stated = states_result(text, int(p.answer))
             if int(v.correct) != int(ev.correct[i, j]):  # the sampler graded the same text
                 raise RuntimeError(f"problem {p.id!r} sample {j}: re-verification disagrees with the sampler")
             records.append({"problem_id": p.id, "level": p.metadata["level"], "difficulty": p.difficulty, "prompt": p.prompt,
                             "answer": p.answer, "sample": j, "correct": int(ev.correct[i, j]), "length": int(ev.lengths[i, j]),
-                            "stopped": stopped, "extracted": v.extracted, "rule": v.detail, "response": text})
+                            "stopped": stopped, "extracted": v.extracted, "rule": v.detail, "stated": stated, "response": text})
     samples = pd.DataFrame(records)
     hint_rows = pd.DataFrame(rows)
     run = {
@@ -515,6 +520,9 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
     levels = list(dict.fromkeys(p["level"] for p in prompts))
     table = pass_rate_table(prompts, correct, lengths, cfg.max_new_tokens)
     stats = level_stats(table, correct, lengths, levels, cfg.max_new_tokens)
+    for st in stats:  # how many correct samples state the answer as a result (arith_ladder.states_result)
+        ok = samples[(samples["correct"] == 1) & ((samples["level"] == st["level"]) | (st["level"] == "all"))]
+        st["share_correct_stated"] = float(ok["stated"].astype(bool).mean()) if len(ok) else None
     hint_summary: dict[str, Any] = {"n_problems": 0, "n_continuations": cfg.n_continuations, "curve": [], "by_level": []}
     if len(hint_rows):
         hint_summary = hint_ratio.analyze(hint_rows, _hint_config(cfg, run["model_folder"]))

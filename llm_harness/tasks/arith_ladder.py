@@ -8,13 +8,19 @@ competence band (measured in ``figures/real_model/card/README.md``):
 =========  ==========================================================  =======================
 level      problem                                                     space (x phrasings)
 =========  ==========================================================  =======================
-``add``    ``a + b``, ``a, b`` in 0..9                                 100 x 4
-``sub``    ``a - b`` with ``b`` in 0..9 and ``a - b`` in 0..9            100 x 4
+``add``    ``a + b``, ``a, b`` in 1..9                                 81 x 4
+``sub``    ``a - b`` with ``b`` in 1..9 and ``a - b`` in 0..9            90 x 4
 ``mul``    ``a * b``, ``a, b`` in 2..9                                 64 x 4
 ``add3``   ``a + b + c``, ``a, b, c`` in 1..9                          729 x 4
 ``word``   one-step word problems (gets / gives away / puts in /        8 424
            takes away), numbers 1..9, six names, six objects
 =========  ==========================================================  =======================
+
+No operand is 0 and no multiplier is 1, so a response that merely repeats an operand of ``a + b``,
+``a * b`` or ``a + b + c`` is never graded correct (the last-number reading below would otherwise
+pass ``0 + 9`` -> "...0 + 9 is not a number..."); in ``a - b`` and the take-away word problems the
+answer equals the subtrahend when ``a = 2b``. :func:`states_result` tells a stated answer
+(``= 5``, ``is 5``) from a number that merely occurs, which the model card reports.
 
 Each arithmetic level is asked in four phrasings (``What is 2 + 3?``, ``Calculate 2 + 3.``,
 ``What is 2 plus 3?``, ``What is the sum of 2 and 3?``); ``difficulty`` is the level's position
@@ -57,6 +63,7 @@ __all__ = [
     "ArithLadderTask",
     "read_natural_answer",
     "split_sentences",
+    "states_result",
 ]
 
 SPLITS = ("train", "validation", "test")
@@ -114,6 +121,18 @@ def read_natural_answer(text: str) -> tuple[ParseStatus, str | None, str]:
     if words:
         return ParseStatus.OK, words[-1], "number_word"
     return ParseStatus.MISSING, None, ""
+
+
+_RESULT_WORDS = r"(?:=|\bis|\bequals?|\bare|\bmakes?|\bgets?|\bgives?|\btotal of|\banswer:?|\bresult)"
+
+
+def states_result(text: str, value: int) -> bool:
+    """True iff ``text`` states ``value`` as a result: right after ``=``, ``is``, ``equals``, ``are``,
+    ``makes``, ``get(s)``, ``give(s)``, ``total of``, ``answer`` or ``result`` (optionally ``$`` or
+    ``**`` between), or in ``\boxed{}`` / ``####``. A diagnostic of the grading, not the reward."""
+    v = re.escape(str(int(value)))
+    return re.search(_RESULT_WORDS + r"\s*(?:\$|\*\*)?\s*" + v + r"(?!\d|\.\d)|\\boxed\{\s*" + v + r"\s*\}|####\s*" + v + r"\b",
+                     text.replace("\u2212", "-"), re.IGNORECASE) is not None
 
 
 def verify_natural(completion: str, gold: int) -> VerifyResult:
@@ -199,8 +218,8 @@ def _word_items() -> Iterator[Item]:
 
 #: level name -> generator of its whole problem space, in a fixed order (difficulty = position + 1)
 LEVELS: Registry[Callable[[], Iterator[Item]]] = Registry("arith_ladder level", {
-    "add": lambda: _arith_items("+", ((a, b) for a in range(10) for b in range(10))),
-    "sub": lambda: _arith_items("-", ((b + c, b) for b in range(10) for c in range(10))),
+    "add": lambda: _arith_items("+", ((a, b) for a in range(1, 10) for b in range(1, 10))),
+    "sub": lambda: _arith_items("-", ((b + c, b) for b in range(1, 10) for c in range(10))),
     "mul": lambda: _arith_items("*", ((a, b) for a in range(2, 10) for b in range(2, 10))),
     "add3": lambda: _arith_items("+", ((a, b, c) for a in range(1, 10) for b in range(1, 10) for c in range(1, 10))),
     "word": _word_items,

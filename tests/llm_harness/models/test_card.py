@@ -55,7 +55,8 @@ def test_card_end_to_end_on_a_tiny_model(tiny_chat_folder, tmp_path):
     readme = (out / "README.md").read_text()
     assert "Pass rates" in readme and "| all |" in readme
     samples = pd.read_json(out / "samples.jsonl", lines=True)
-    assert len(samples) == 6 * 3 and set(samples["correct"]) <= {0, 1}
+    assert len(samples) == 6 * 3 and set(samples["correct"]) <= {0, 1} and set(samples["stated"]) <= {True, False}
+    assert all("share_correct_stated" in s for s in saved["levels"])
     # the saved samples alone give the same card
     re = run_card(dataclasses.replace(cfg, reanalyze=True))
     assert {k: re[k] for k in ("levels", "pass_rate_histogram", "hint_ratio", "tokens", "examples")} == {

@@ -91,3 +91,15 @@ def test_loads_through_the_trainer_and_the_studies(folder, backend):
         assert ctx.task.render_prompt(ctx.task.problems("test")[0], tok).startswith("<|im_start|>system")
     finally:
         ctx.close()
+
+
+def test_vsr_eval_takes_the_folder_as_model_path(folder, tmp_path):
+    from vsr.cli import main
+
+    out = tmp_path / "eval"
+    rc = main(["eval", "--model.path", str(folder), "--task.name", "arith_ladder", "--n-problems", "2", "--k", "2",
+               "--max-new-tokens", "8", "--out-dir", str(out)])
+    assert rc == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert (result["n_problems"], result["k"]) == (2, 2) and 0.0 <= result["avg_at_k"] <= 1.0
+    assert (out / "eval.md").read_text().startswith("# Evaluation (2 problems x 2 samples)")

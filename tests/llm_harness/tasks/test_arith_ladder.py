@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from llm_harness.tasks import ParseStatus, get_task
-from llm_harness.tasks.arith_ladder import LEVELS, ArithLadderConfig, ArithLadderTask, read_natural_answer, split_sentences, verify_natural
+from llm_harness.tasks.arith_ladder import (
+    LEVELS,
+    ArithLadderConfig,
+    ArithLadderTask,
+    read_natural_answer,
+    split_sentences,
+    states_result,
+    verify_natural,
+)
 
 
 @pytest.mark.parametrize(
@@ -121,3 +129,29 @@ def test_prompt_rendering_plain_and_chat():
 def test_config_errors(params, match):
     with pytest.raises(ValueError, match=match):
         get_task("arith_ladder", **params)
+
+
+def test_repeating_an_operand_never_passes_sums_and_products():
+    # no 0 operand and no factor 1: "0 + 9 is not a number" must not read as 9
+    for level in ("add", "mul", "add3"):
+        for item in LEVELS[level]():
+            assert item.answer not in item.operands, (level, item)
+    assert not verify_natural("When you have 0 + 9, it is not a number", 7).correct
+
+
+@pytest.mark.parametrize(
+    "text, value, stated",
+    [
+        ("2 + 3 = 5", 5, True),
+        ("the total is 16.", 16, True),
+        ("It equals **12**", 12, True),
+        ("so \\boxed{7}", 7, True),
+        ("#### 10", 10, True),
+        ("0 + 9 is not a number", 9, False),
+        ("the answer is 160", 16, False),
+        ("x = 5.5", 5, False),
+        ("I have 5 apples and 3 pears", 5, False),
+    ],
+)
+def test_states_result(text, value, stated):
+    assert states_result(text, value) is stated
