@@ -7,10 +7,11 @@ Contenders, each sampling the *same request* (``prompts`` test-bed prompts x ``n
 * ``raw_vllm`` — ``vllm.LLM.generate`` on the *same engine* with the ``SamplingParams`` our backend would send
   (``logprobs=0``, no detokenisation): the harness's overhead is ours' tokens/s over raw's, target >= 0.9;
 * ``hf`` — ``HFBackend.generate`` (its own sampling loop, shared-prefix prefill), and ``hf_static`` — the same
-  with the static-KV decode step (``HFBackendConfig(static_decode=True)``; Qwen2-style models only).
+  with the static-KV decode step (``HFBackendConfig(static_decode=True)``; Qwen2-style models only, left out
+  with a message for others).
 
 Timing: one warm-up call per contender, then ``repeats`` rounds in which every contender runs once, in the
-order given (A B C D A B C D ...). Reported per contender: new tokens/s, median [min, max] over the rounds;
+order given (A B C D A B C D ...), on the round's seed (the vLLM prefix cache emptied before each call). Reported per contender: new tokens/s, median [min, max] over the rounds;
 per pair ``a/b``: a's tokens/s over b's *within a round*, median [min, max]; the 1-minute load average before and
 during. Results: JSON (atomic) plus the resolved config beside it; ``benchmarks/results/vllm_backend/`` holds
 the committed runs with a README.
@@ -63,7 +64,7 @@ class VLLMBenchConfig:
     contenders: tuple[str, ...] = CONTENDERS
     """Which contenders run, in round order."""
     seed: int = 0
-    """Sampling seed (the same for every contender and round)."""
+    """Sampling seed of round 0 (round i: seed + i, the same for every contender in the round)."""
     kv_cache_gib: float = 2.0
     """vLLM's KV cache on the CPU."""
     out: str = "benchmarks/results/vllm_backend/vllm_backend.json"
@@ -95,8 +96,12 @@ def _prompts(cfg: VLLMBenchConfig, tokenizer: Any) -> list[list[int]]:
     return [codec.encode(task.render_prompt(p, tokenizer)) for p in probs]
 
 
-def build_contenders(cfg: VLLMBenchConfig) -> tuple[dict[str, Any], list[list[int]]]:
-    """``{name: () -> new tokens}`` for the configured contenders, and the prompts."""
+def build_contenders(cfg: VLLMBenchConfig) -> tuple[dict[str, Any], dict[str, Any], list[list[int]]]:
+    """``({name: (seed) -> new tokens}, {name: () -> None run before each timed call}, prompts)``.
+
+    The vLLM contenders' prefix cache is emptied before each call (untimed): a round repeats no earlier
+    request, but vLLM caches completed KV blocks of *generated* tokens too, so a repeated request would time
+    a cache replay."""
     import torch
 
     from llm_harness.backends import HFBackend, HFBackendConfig, SamplingParams, VLLMBackend, VLLMBackendConfig
@@ -105,39 +110,48 @@ def build_contenders(cfg: VLLMBenchConfig) -> tuple[dict[str, Any], list[list[in
     torch.set_num_threads(cfg.threads)
     hf = HFBackend.from_pretrained(cfg.model, config=HFBackendConfig(model=cfg.model, dtype="float32"))
     prompts = _prompts(cfg, hf.tokenizer)
-    sp = SamplingParams(temperature=1.0, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    def sp(seed: int) -> SamplingParams:
+        return SamplingParams(temperature=1.0, max_new_tokens=cfg.max_new_tokens, seed=seed)
+
     out: dict[str, Any] = {}
+    before: dict[str, Any] = {}
 
     def count(rows) -> int:
         return sum(len(s.token_ids) for r in rows for s in r)
 
     if "hf" in cfg.contenders:
-        out["hf"] = lambda: count(hf.generate(prompts, cfg.n, sp))
-    if "hf_static" in cfg.contenders:
+        out["hf"] = lambda seed: count(hf.generate(prompts, cfg.n, sp(seed)))
+    from llm_harness.backends.static_decode import supports
+
+    if "hf_static" in cfg.contenders and supports(hf.model) is not None:
+        print(f"hf_static left out: {supports(hf.model)}", file=sys.stderr)
+    elif "hf_static" in cfg.contenders:
         hs = HFBackend(hf.model, hf.tokenizer, config=HFBackendConfig(static_decode=True))
-        out["hf_static"] = lambda: count(hs.generate(prompts, cfg.n, sp))
+        out["hf_static"] = lambda seed: count(hs.generate(prompts, cfg.n, sp(seed)))
     if {"ours_vllm", "raw_vllm"} & set(cfg.contenders):
         v = VLLMBackend.from_config(VLLMBackendConfig(model=cfg.model, dtype="float32", cpu_kv_cache_gib=cfg.kv_cache_gib),
                                     scorer=hf)
         torch.set_num_threads(cfg.threads)
         if "ours_vllm" in cfg.contenders:
-            out["ours_vllm"] = lambda: count(v.generate(prompts, cfg.n, sp))
+            out["ours_vllm"] = lambda seed: count(v.generate(prompts, cfg.n, sp(seed)))
+            before["ours_vllm"] = v.llm.reset_prefix_cache
         if "raw_vllm" in cfg.contenders:
             from vllm import SamplingParams as VSP
             from vllm.inputs import TokensPrompt
 
-            stop = v._stop_ids(sp)
+            stop = v._stop_ids(sp(0))
 
-            def raw() -> int:
+            def raw(seed: int) -> int:
                 params = [VSP(n=cfg.n, temperature=1.0, top_p=1.0, top_k=-1, max_tokens=cfg.max_new_tokens,
-                              seed=_derived_seed(cfg.seed, i), logprobs=0, stop_token_ids=stop, ignore_eos=True,
+                              seed=_derived_seed(seed, i), logprobs=0, stop_token_ids=stop, ignore_eos=True,
                               detokenize=False) for i in range(len(prompts))]
-                res = v.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling_params=params,
+                res = v.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sampling_params=params,
                                      use_tqdm=False)
                 return sum(len(c.token_ids) for r in res for c in r.outputs)
 
             out["raw_vllm"] = raw
-    return {c: out[c] for c in cfg.contenders}, prompts
+            before["raw_vllm"] = v.llm.reset_prefix_cache
+    return {c: out[c] for c in cfg.contenders if c in out}, before, prompts
 
 
 def summarise(rounds: list[dict[str, dict]], contenders: tuple[str, ...]) -> dict:
@@ -156,17 +170,19 @@ def summarise(rounds: list[dict[str, dict]], contenders: tuple[str, ...]) -> dic
 
 
 def run(cfg: VLLMBenchConfig) -> int:
-    fns, prompts = build_contenders(cfg)
+    fns, before, prompts = build_contenders(cfg)
     load_before = _load_avg()
-    for fn in fns.values():  # warm-up
-        fn()
+    for fn in fns.values():  # warm-up, on a seed no round uses
+        fn(cfg.seed + cfg.repeats)
     rounds = []
     loads = []
     for i in range(cfg.repeats):
         row = {}
         for name, fn in fns.items():
+            if name in before:
+                before[name]()
             t = time.perf_counter()
-            tokens = fn()
+            tokens = fn(cfg.seed + i)  # every contender samples the same request in a round
             row[name] = {"s": time.perf_counter() - t, "tokens": tokens}
         rounds.append(row)
         loads.append(_load_avg())
