@@ -46,11 +46,17 @@ __all__ = [
 
 
 def resolve_model(model: str) -> str:
-    """A shipped test-bed name (``low``/``mid``/``high``) -> its folder; anything else unchanged."""
+    """A shipped test-bed name (``low``/``mid``/``high``) -> its folder; a registered real model
+    (``smollm2-135m-instruct``, ``vsr model import``) -> its verified folder in the cache; anything else unchanged."""
+    from llm_harness.models.named import MODELS
     from llm_harness.testbed.paths import SHIPPED_CHECKPOINTS, shipped_checkpoint
 
     if model in SHIPPED_CHECKPOINTS:
         return str(shipped_checkpoint(model))
+    if model in MODELS:
+        from llm_harness.models.gguf_import import ImportConfig, import_model
+
+        return str(import_model(ImportConfig(source=model)))
     return model
 
 

@@ -28,6 +28,12 @@ from llm_harness.trainer.rollout import sample_groups
 from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu
 from vsr.seeding import derive_seed
 
+
+def _t975(df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
 __all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify",
            "validation_aes"]
 
@@ -189,6 +195,13 @@ def evaluate_policy(
         "logdet": float(np.mean(logdets)) if logdets else None,
         "logdet_embedder": getattr(emb, "name", "") or type(emb).__name__,
     }
+    # per-problem counts (problems are the independent units: a paired before/after comparison needs them)
+    # and a 95 % Student-t interval of avg@k with problems as clusters
+    per = correct.mean(axis=1)
+    half = (float(_t975(len(per) - 1) * per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else float("nan"))
+    out["avg_at_k_ci"] = [float(per.mean()) - half, float(per.mean()) + half]
+    out["problem_ids"] = [str(p.id) for p in problems]
+    out["problem_correct"] = [int(x) for x in correct.sum(axis=1)]
     if reference is not None and reference.get("avg_at_k"):
         out["aes"] = float(aes(out["length_mean"], out["avg_at_k"], reference["length_mean"], reference["avg_at_k"]))
     return out

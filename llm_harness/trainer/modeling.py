@@ -119,6 +119,12 @@ def build_model(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
     from pathlib import Path
 
     path = Path(cfg.path)
+    from llm_harness.models.named import MODELS
+
+    if cfg.path in MODELS:  # a registered real model (`vsr model import NAME`): its verified folder in the cache
+        from llm_harness.models.gguf_import import ImportConfig, import_model
+
+        path = import_model(ImportConfig(source=cfg.path))
     if not path.is_absolute() and not path.exists():
         # a repository-relative path (configs/ name checkpoints as llm_harness/testbed/...)
         alt = Path(__file__).resolve().parents[2] / path

@@ -1,0 +1,113 @@
+"""Summarise scripts/real_model_grpo.sh's output folder: held-out accuracy before/after (paired by problem, 95 %
+intervals), tokens per update, s/step split, peak memory; writes summary.json and README.md (atomically).
+
+Usage: python scripts/real_model_grpo_report.py --out figures/real_model/grpo --backend vllm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from vsr.atomic import write_text
+
+
+def _peak_rss_mib(path: Path) -> float | None:
+    if not path.is_file():
+        return None
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", path.read_text())
+    return int(m.group(1)) / 1024 if m else None
+
+
+def _interval(x: np.ndarray) -> tuple[float, float, float]:
+    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+    return float(x.mean()), float(x.mean()) - half, float(x.mean()) + half
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--backend", default="hf")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    before = json.loads((out / "eval_before" / "eval.json").read_text())
+    after = json.loads((out / "eval_after" / "eval.json").read_text())
+    if before["problem_ids"] != after["problem_ids"] or before["k"] != after["k"]:
+        raise ValueError(f"{out}: the two evaluations are not on the same problems and k")
+    k = before["k"]
+    b = np.asarray(before["problem_correct"], float) / k
+    c = np.asarray(after["problem_correct"], float) / k
+    d = c - b
+    paired = stats.ttest_rel(c, b)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    step_s = [r["time_step_s"] for r in rows]
+    split = {key: statistics.median(r[key] for r in rows if r.get(key) is not None)
+             for key in sorted(rows[0]) if key.startswith("time_") and key.endswith("_s")}
+    levels_b = {r["difficulty"]: r for r in before["by_difficulty"]}
+    levels_a = {r["difficulty"]: r for r in after["by_difficulty"]}
+    summary = {
+        "backend": a.backend, "steps": len(rows), "k": k, "n_problems": len(b),
+        "avg_at_k_before": _interval(b), "avg_at_k_after": _interval(c), "delta": _interval(d),
+        "paired_t_p": float(paired.pvalue),
+        "pass_at_k_before": before["pass_at"][str(k)], "pass_at_k_after": after["pass_at"][str(k)],
+        "by_level": {str(lv): {"before": levels_b[lv]["avg_at_k"], "after": levels_a.get(lv, {}).get("avg_at_k")}
+                     for lv in levels_b},
+        "length_before": before["length_mean"], "length_after": after["length_mean"],
+        "reward_mean_first5": statistics.mean(r["reward_mean"] for r in rows[:5]),
+        "reward_mean_last5": statistics.mean(r["reward_mean"] for r in rows[-5:]),
+        "new_tokens_per_update_median": statistics.median(r["gen_new_tokens"] for r in rows),
+        "trained_samples_per_update_median": statistics.median(r["trained_samples"] for r in rows),
+        "vsr_replayed_per_update_mean": statistics.mean(r.get("vsr_replayed") or 0 for r in rows),
+        "s_per_step_median": statistics.median(step_s), "s_per_step_min": min(step_s), "s_per_step_max": max(step_s),
+        "time_split_median_s": split, "peak_rss_mib": _peak_rss_mib(out / "train_time.txt"),
+    }
+    write_text(out / "summary.json", json.dumps(summary, indent=2))
+    f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
+    lv = "\n".join(f"| {name} | {v['before']:.3f} | {v['after']:.3f} |" if v["after"] is not None else
+                   f"| {name} | {v['before']:.3f} | - |" for name, v in summary["by_level"].items())
+    sp = ", ".join(f"{k_[5:-2]} {v:.1f}" for k_, v in split.items() if k_ != "time_step_s")
+    readme = f"""# GRPO + VSR on a real pretrained model: SmolLM2-135M-Instruct on the arithmetic ladder
+
+One seed, {len(rows)} updates of `configs/real_smollm2_vsr_grpo.yaml` (GRPO, 8 prompts x 8 samples, 48 new tokens,
+lr 5e-6, VSR with rho 0.25 cold-started from the reference solutions), generation on the **{a.backend}** backend,
+the model's own tokenizer and chat template. Reproduce: `scripts/real_model_grpo.sh {a.backend}` (after
+`make real-model`; `make vllm-test` builds the vLLM environment).
+
+## Held-out accuracy (test split, {len(b)} prompts x {k} samples at T = 1)
+
+| | avg@{k}, 95 % interval (problems as units) | pass@{k} |
+| --- | --- | --- |
+| before | {f(summary['avg_at_k_before'])} | {summary['pass_at_k_before']:.3f} |
+| after {len(rows)} updates | {f(summary['avg_at_k_after'])} | {summary['pass_at_k_after']:.3f} |
+| change (paired by problem) | {f(summary['delta'])}, paired t-test p = {summary['paired_t_p']:.3f} | |
+
+| level | avg@{k} before | after |
+| --- | --- | --- |
+{lv}
+
+Mean response length {summary['length_before']:.1f} -> {summary['length_after']:.1f} tokens. Training reward (mean of
+the sampled groups, fresh and replayed states together): {summary['reward_mean_first5']:.3f} over the first five
+updates, {summary['reward_mean_last5']:.3f} over the last five.
+
+## Cost
+
+* new tokens per update: median {summary['new_tokens_per_update_median']:.0f}; trained samples per update (after the
+  zero-variance filter): median {summary['trained_samples_per_update_median']:.0f}; VSR-replayed states per update: mean
+  {summary['vsr_replayed_per_update_mean']:.1f}
+* s/step: median {summary['s_per_step_median']:.1f} [{summary['s_per_step_min']:.1f}, {summary['s_per_step_max']:.1f}];
+  median split (s): {sp}
+* peak resident memory of the training process: {summary['peak_rss_mib'] or float('nan'):.0f} MiB (GNU time)
+"""
+    write_text(out / "README.md", readme)
+    print(readme)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
