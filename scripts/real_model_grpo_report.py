@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--backend", default="hf")
+    ap.add_argument("--load", default="", help="the machine's load while the run trained, in words (README)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     before = json.loads((out / "eval_before" / "eval.json").read_text())
@@ -49,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     step_s = [r["time_step_s"] for r in rows]
     split = {key: statistics.median(r[key] for r in rows if r.get(key) is not None)
              for key in sorted(rows[0]) if key.startswith("time_") and key.endswith("_s")}
-    levels_b = {r["difficulty"]: r for r in before["by_difficulty"]}
-    levels_a = {r["difficulty"]: r for r in after["by_difficulty"]}
+    from llm_harness.tasks.arith_ladder import LEVELS
+
+    names = LEVELS.names()  # difficulty = the level's position + 1
+    levels_b = {names[int(r["difficulty"]) - 1]: r for r in before["by_difficulty"]}
+    levels_a = {names[int(r["difficulty"]) - 1]: r for r in after["by_difficulty"]}
     summary = {
         "backend": a.backend, "steps": len(rows), "k": k, "n_problems": len(b),
         "avg_at_k_before": _interval(b), "avg_at_k_after": _interval(c), "delta": _interval(d),
@@ -103,6 +107,21 @@ updates, {summary['reward_mean_last5']:.3f} over the last five.
 * s/step: median {summary['s_per_step_median']:.1f} [{summary['s_per_step_min']:.1f}, {summary['s_per_step_max']:.1f}];
   median split (s): {sp}
 * peak resident memory of the training process: {summary['peak_rss_mib'] or float('nan'):.0f} MiB (GNU time)
+{('* machine: ' + a.load) if a.load else ''}
+
+## Reading
+
+* What this run shows: the trainer, a plug-in (VSR's cold-start buffer of reference-solution prefixes) and
+  evaluation work end to end on a real tokenizer and chat template, with weights synced into vLLM after every
+  update. One seed and 20 updates: the accuracy change is a paired interval over the 260 test prompts (the
+  sampling noise of the evaluation), not over training seeds.
+* Responses got shorter ({summary['length_before']:.1f} -> {summary['length_after']:.1f} tokens) while most
+  samples of the base model ran into the 48-token budget (figures/real_model/card), so part of the gain can be
+  the policy learning to finish inside the budget rather than to compute better; the ladder's verifier reads the
+  last number of a response (figures/real_model/card says how often a correct sample states its answer).
+* The peak memory is high for a 135M model: the policy with its Adam state (~1.6 GB), the vLLM engine with its
+  2 GiB KV cache and weights, and the loss pass's log-probabilities over a 49,152-token vocabulary; not
+  broken down here.
 """
     write_text(out / "README.md", readme)
     print(readme)
