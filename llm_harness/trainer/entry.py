@@ -38,14 +38,15 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
         return hf
     from llm_harness.backends import VLLMBackendConfig
 
-    if cfg.model.random_init:
-        raise ValueError("model.backend: vllm builds its engine from a model folder; a random_init model has none "
-                         "(save it first, or use backend hf)")
-    # the folder the policy came from (a run's model for `vsr eval --run-dir`), in the policy's dtype (never
+    # the folder the policy came from (a run's model for `vsr eval --run-dir`), in the policy's own dtype (never
     # vLLM's "auto", which would run an fp32 policy in bf16); then the policy's own weights (a resumed or
     # evaluated checkpoint), so the engine samples exactly the model the caller holds
-    path = str(getattr(model, "name_or_path", "") or cfg.model.path)
-    backend = BACKENDS[name].from_config(VLLMBackendConfig(model=path, dtype=cfg.model.dtype), scorer=hf)
+    path = str(getattr(model, "name_or_path", "") or "")
+    if not path:
+        raise ValueError("model.backend: vllm builds its engine from a model folder; this policy has none (a "
+                         "random_init model: save it first, or use backend hf)")
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    backend = BACKENDS[name].from_config(VLLMBackendConfig(model=path, dtype=dtype), scorer=hf)
     backend.load_weights(model.state_dict())
     return backend
 

@@ -91,9 +91,12 @@ def _make_hf(model, tmp_path, **cfg):
     return HFBackend(model.to(TEST_DEVICE), config=HFBackendConfig(**cfg))
 
 
-#: vLLM engines of the test session by model architecture: a model of a known shape gets the cached
-#: engine with its weights swapped in through ``load_weights`` (starting an engine takes seconds)
-_VLLM_ENGINES: dict[str, object] = {}
+#: The test session's one live vLLM engine (vLLM allows one per process: shutting one down tears down the
+#: process-wide state of all): ``(key, backend)``. A model of the same shape gets it back with its weights
+#: swapped in through ``load_weights`` (starting an engine takes seconds); another shape closes it first.
+_VLLM_ENGINE: list = []
+#: vLLM options of every test engine: eager (no compile / graph capture), a small KV cache on either device
+TEST_ENGINE_OPTIONS = {"cpu_kv_cache_gib": 0.0625, "gpu_memory_utilization": 0.15, "enforce_eager": True}
 
 
 def vllm_available() -> bool:
@@ -111,39 +114,48 @@ def vllm_available() -> bool:
         return torch.cuda.is_available()
 
 
+def cached_engine(key: str, build):
+    """The live test engine if it was built for ``key`` (and is usable), else close it and ``build()`` anew."""
+    if _VLLM_ENGINE:
+        old_key, old = _VLLM_ENGINE[0]
+        if old_key == key and old._failed is None and not old._closed:
+            return old, True
+        close_vllm_engines()
+    backend = build()
+    _VLLM_ENGINE.append((key, backend))
+    return backend, False
+
+
 def vllm_engine_for(model, tmp_path, *, scorer=None, **overrides):
-    """A ``VLLMBackend`` over ``model``'s architecture with ``model``'s weights (engine cached per shape)."""
+    """A ``VLLMBackend`` over ``model``'s architecture with ``model``'s weights (``scorer=None``: the backend
+    owns a transformers scorer loaded from a fresh save of ``model``)."""
     import json
 
-    from llm_harness.backends import VLLMBackend, VLLMBackendConfig
+    from llm_harness.backends import HFBackendConfig, VLLMBackend, VLLMBackendConfig
 
     arch = model.config.to_dict()
     for k in ("transformers_version", "_name_or_path", "dtype", "torch_dtype"):
         arch.pop(k, None)
     key = json.dumps([arch, sorted(overrides.items())], sort_keys=True, default=str)
-    backend = _VLLM_ENGINES.get(key)
-    if backend is not None and (backend._failed is not None or backend._closed):
-        _VLLM_ENGINES.pop(key)
-        backend = None
-    if backend is None:
-        path = tmp_path / "vllm_model"
-        model.save_pretrained(path)
-        vcfg = VLLMBackendConfig(model=str(path), dtype="float32", cpu_kv_cache_gib=0.0625,
-                                 gpu_memory_utilization=0.15, scorer_device=TEST_DEVICE, **overrides)
-        backend = VLLMBackend.from_config(vcfg, scorer=scorer)
-        _VLLM_ENGINES[key] = backend
-    else:
-        backend.load_weights(model.state_dict())
+    path = tmp_path / "vllm_model"
+    if scorer is None and model.config.pad_token_id is None:
+        model.config.pad_token_id = 0  # an owned scorer is loaded from the folder and needs a pad id
+    model.save_pretrained(path)
+    opts = {**TEST_ENGINE_OPTIONS, **overrides}
+    backend, reused = cached_engine(key, lambda: VLLMBackend.from_config(
+        VLLMBackendConfig(model=str(path), dtype="float32", scorer_device=TEST_DEVICE, **opts), scorer=scorer))
+    if reused:  # the scorer first: load_weights keeps an owned scorer in sync
         backend._scorer = scorer
         backend._owns_scorer = scorer is None
+        backend._scorer_config = HFBackendConfig(model=str(path), device=TEST_DEVICE, dtype="float32")
+        backend.load_weights(model.state_dict())
     return backend
 
 
 def close_vllm_engines() -> None:
-    """Shut every cached engine down (end of the test session)."""
-    for backend in _VLLM_ENGINES.values():
-        backend.close()
-    _VLLM_ENGINES.clear()
+    """Shut the live test engine down."""
+    while _VLLM_ENGINE:
+        _VLLM_ENGINE.pop()[1].close()
 
 
 def _make_vllm(model, tmp_path, **cfg):
