@@ -276,16 +276,14 @@ def test_a_second_open_engine_is_refused(mid_pair):
 
 
 @needs_vllm
-def test_weight_sync_with_tied_embeddings(tmp_path):
+def test_weight_sync_with_tied_embeddings(mid_pair):
     """The test bed and SmolLM2 tie the output head to the embeddings: after a sync the engine samples the new
     weights (greedy identical to HF, log-probs within 1e-4), head included."""
     from transformers import AutoModelForCausalLM
 
     low = AutoModelForCausalLM.from_pretrained(str(MID.parent / "low"), dtype=torch.float32)
     assert low.config.tie_word_embeddings
-    hf_mid = HFBackend.from_pretrained(str(MID), config=HFBackendConfig(model=str(MID), dtype="float32"))
-    v, _ = cached_engine(f"testbed:{MID}", lambda: VLLMBackend.from_config(
-        VLLMBackendConfig(model=str(MID), dtype="float32", scorer_device="cpu", **TEST_ENGINE_OPTIONS), scorer=hf_mid))
+    v, hf_mid = mid_pair
     hf_low = HFBackend(low, hf_mid.tokenizer, config=HFBackendConfig())
     v._scorer, v._owns_scorer = hf_low, False
     _, _, prompts = _testbed_prompts(40)
