@@ -55,7 +55,20 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
     model is loaded from ``cfg.model``. ``stop_after_chunks`` ends the run after that many new
     chunks without analysing (simulates an interruption; used by the resume tests). With
     ``cfg.reanalyze`` nothing is sampled: :func:`reanalyze_study` analyses the stored table again.
+    The folder is locked for the run (:mod:`vsr.runlock`): a second writer is refused.
     """
+    from vsr.runlock import locked_folder
+
+    study = get_study(name)
+    cfg = resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
+    with locked_folder(cfg.out, field="out"):  # one writer per study folder
+        if cfg.reanalyze:
+            return reanalyze_study(study, cfg)
+        return _run_locked(study, cfg, backend=backend, tokenizer=tokenizer, stop_after_chunks=stop_after_chunks)
+
+
+def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any, stop_after_chunks: int | None) -> Path:
+    """:func:`run_study`'s work, with the output folder locked."""
     import pandas as pd
     from tqdm.auto import tqdm
 
@@ -64,10 +77,7 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
     from prefixvalue.engine import build_context, select_problems
     from prefixvalue.store import ChunkStore, write_table
 
-    study = get_study(name)
-    cfg = resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
-    if cfg.reanalyze:
-        return reanalyze_study(study, cfg)
+    name = study.name
     if cfg.num_threads:
         import torch
 

@@ -32,19 +32,24 @@ from vsr.registry import Registry
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """Where a command lives: ``module:function`` plus a one-line help."""
+    """Where a command lives: ``module:function``, a one-line help, and what to tell a user who interrupts it
+    (Ctrl-C or SIGTERM): how to resume."""
 
     target: str
     help: str
+    on_interrupt: str = ""
 
+
+_RESUME_CHUNKS = "rerun the same command to continue from the last finished chunk"
 
 #: The command table. Later packages add their rows here (keep the names: they are a contract).
 COMMANDS: Registry[CommandSpec] = Registry("command", {
     "theory check": CommandSpec(
-        "theory.cli:check", "Run every identity and inequality of SPEC section 1 on random instances."
+        "theory.cli:check", "Check every identity and inequality of the VSR theory (VSR Sec. 3, App. B) on random instances."
     ),
     "figures": CommandSpec("vsr.figures:run_figures", "Regenerate every figure of the project (the main job)."),
-    "train": CommandSpec("llm_harness.trainer.entry:train", "Train a policy with GRPO/DAPO/SFT and the plug-ins (use --config configs/*.yaml)."),
+    "train": CommandSpec("llm_harness.trainer.entry:train", "Train a policy with GRPO/DAPO/SFT and the plug-ins (use --config configs/*.yaml).",
+                         "rerun the same command with --run.resume true to continue from the last checkpoint"),
     "eval": CommandSpec("llm_harness.trainer.entry:evaluate", "Evaluate a model: avg@k, pass@k, per-difficulty tables, lengths, diversity, AES."),
     "checkpoint convert": CommandSpec(
         "llm_harness.trainer.checkpoint_v1:convert",
@@ -63,11 +68,16 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
     "bench generation": CommandSpec(
         "benchmarks.generation:run", "HF backend tokens/s vs model.generate, and the cost of exact entropies."
     ),
-    "study hint-ratio": CommandSpec("prefixvalue.cli:hint_ratio", "VSR Fig. 7: continuation success vs hint ratio of an expert prefix."),
-    "study failed-prefix": CommandSpec("prefixvalue.cli:failed_prefix", "VSR D.5: continuation success from prefixes of failed vs successful trajectories."),
-    "study sigma-validation": CommandSpec("prefixvalue.cli:sigma_validation", "VSR D.5: predicted sigma-hat vs empirical continuation std (Pearson/Spearman, CIs)."),
-    "study mte-correlation": CommandSpec("prefixvalue.cli:mte_correlation", "ExTra 5.6: prefix metrics (MTE, ...) ranked by correlation with Monte-Carlo value."),
-    "study prefix-selection": CommandSpec("prefixvalue.cli:prefix_selection", "ExTra Fig. 4: pass@k from prefixes chosen by low/smoothed MTE, random, oracle."),
+    "study hint-ratio": CommandSpec("prefixvalue.cli:hint_ratio", "VSR Fig. 7: continuation success vs hint ratio of an expert prefix.",
+        _RESUME_CHUNKS),
+    "study failed-prefix": CommandSpec("prefixvalue.cli:failed_prefix", "VSR D.5: continuation success from prefixes of failed vs successful trajectories.",
+        _RESUME_CHUNKS),
+    "study sigma-validation": CommandSpec("prefixvalue.cli:sigma_validation", "VSR D.5: predicted sigma-hat vs empirical continuation std (Pearson/Spearman, CIs).",
+        _RESUME_CHUNKS),
+    "study mte-correlation": CommandSpec("prefixvalue.cli:mte_correlation", "ExTra 5.6: prefix metrics (MTE, ...) ranked by correlation with Monte-Carlo value.",
+        _RESUME_CHUNKS),
+    "study prefix-selection": CommandSpec("prefixvalue.cli:prefix_selection", "ExTra Fig. 4: pass@k from prefixes chosen by low/smoothed MTE, random, oracle.",
+        _RESUME_CHUNKS),
     "env list": CommandSpec("llm_harness.envs.cli:list_envs", "Registered text environments (Sokoban, BabyAI levels) with one-line descriptions."),
     "env play": CommandSpec("llm_harness.envs.cli:play", "Play an environment episode in the terminal: type actions, or step through the expert (--expert)."),
     "pool select": CommandSpec(
@@ -82,7 +92,8 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
         "Card of a real model on the arithmetic ladder: pass-rate histogram at T=1, continuation vs alpha, lengths.",
     ),
     "compare": CommandSpec(
-        "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures)."
+        "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures).",
+        "rerun the same command: finished runs are kept, unfinished ones start again",
     ),
 })
 
@@ -202,6 +213,38 @@ def run_command(name: str, args: Sequence[str]) -> int:
     return int(rc or 0)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (or SIGINT) turned into an exception in the main thread, so ``finally`` blocks run (locks
+    released, engines closed, worker pools terminated) before the process exits."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM raises :class:`Interrupted` like Ctrl-C raises ``KeyboardInterrupt`` (main thread only)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def interrupted_message(name: str, exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The one line printed for an interrupted command and its exit code (128 + the signal's number)."""
+    import signal
+
+    signum = getattr(exc, "signum", signal.SIGINT)
+    hint = COMMANDS[name].on_interrupt if name in COMMANDS else ""
+    line = f"vsr {name}: interrupted by {signal.Signals(signum).name}" + (f"; {hint}" if hint else "")
+    return line, 128 + int(signum)
+
+
 #: expected failures: bad input, bad files, a full disk. Anything else is a bug and keeps its traceback.
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 
@@ -216,7 +259,8 @@ def _debug_requested(args: list[str]) -> tuple[bool, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Expected errors (:data:`EXPECTED_ERRORS`) print one line ``vsr <command>: error:
     ...`` and exit 2 (1 for an ``OSError`` such as a full disk); ``--debug`` or ``VSR_DEBUG=1``
-    shows the traceback instead."""
+    shows the traceback instead. Ctrl-C and SIGTERM print one line saying how to resume and exit
+    with 128 + the signal's number (130, 143)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, argv = _debug_requested(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -237,8 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"vsr: unknown command {' '.join(argv[:2])!r}", file=sys.stderr)
             _print_overview(sys.stderr)
         return 2
+    _install_signal_handlers()
     try:
         return run_command(name, rest)
+    except KeyboardInterrupt as exc:
+        if debug:
+            raise
+        line, code = interrupted_message(name, exc)
+        print(line, file=sys.stderr, flush=True)
+        return code
     except EXPECTED_ERRORS as exc:
         if debug:
             raise

@@ -50,7 +50,14 @@ def read_mapping(path: str | os.PathLike, _seen: tuple[Path, ...] = ()) -> dict:
 def _read_mapping(path: Path) -> dict:
     if not path.is_file():
         raise ValueError(f"config: file not found: {path}")
-    text = path.read_text()
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(f"config: {path}:{line}: not UTF-8 (byte {raw[exc.start]:#04x} at column {col}); "
+                         "save the file as UTF-8") from None
     suffix = path.suffix.lower()
     try:
         if suffix in (".yaml", ".yml"):
@@ -65,14 +72,21 @@ def _read_mapping(path: Path) -> dict:
             data = json.loads(text)
         else:
             raise ValueError(f"config: unsupported file type {suffix!r} for {path} (use .yaml, .toml or .json)")
-    except ValueError:
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config: {path}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:
+        if type(exc).__name__ == "TOMLDecodeError":  # its message carries the line and column
+            raise ValueError(f"config: {path}: not valid TOML ({exc})") from None
         raise
     except Exception as exc:
-        raise ValueError(f"config: cannot parse {path}: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)  # YAML errors know where they are
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ValueError(f"config: cannot parse {where}: {exc}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"config: top level of {path} must be a mapping, got {type(data).__name__}")
+        kind = {"list": "a list (JSON array / YAML sequence)"}.get(type(data).__name__, type(data).__name__)
+        raise ValueError(f"config: top level of {path} must be a mapping of section -> fields, got {kind}")
     return data
 
 

@@ -29,16 +29,82 @@ Executor = Callable[[Sequence[Any], int, Callable[[Any], dict]], Iterator[tuple[
 EXECUTORS: Registry[Executor] = Registry("compare executor")
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    """Worker's SIGTERM: run multiprocessing's finalizers (they unlink the semaphores this worker created, e.g.
+    tqdm's lock, which the resource tracker would otherwise report as leaked) and exit at once. The job's run
+    folder stays resumable: every file in it is written atomically, and its lock dies with the process."""
+    try:
+        from multiprocessing import util
+
+        util._run_finalizers(0)
+    finally:
+        os._exit(128 + signum)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Worker initializer: ignore SIGINT (the parent decides: a terminal's Ctrl-C reaches the whole process
+    group) and exit when the parent dies, so no worker outlives an interrupted or killed ``vsr compare``."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:  # Linux: the kernel sends SIGTERM to this worker when its parent exits
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:  # elsewhere (and as a second line of defence): poll the parent
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(1.0)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _terminate(pool: cf.ProcessPoolExecutor) -> None:
+    """Cancel the queued jobs and stop the running workers now (their run folders stay resumable)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=10)
+    pool.shutdown(wait=True)  # the manager thread sees the dead workers and releases the queues' semaphores
+
+
 @EXECUTORS.register("process")
 def process_pool(jobs: Sequence[Any], workers: int, fn: Callable[[Any], dict]) -> Iterator[tuple[Any, Any]]:
-    """``fn(job)`` in a pool of ``workers`` spawned processes."""
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+    """``fn(job)`` in a pool of ``workers`` spawned processes. Interrupted (Ctrl-C, SIGTERM, or the caller
+    closing this generator), it cancels the queued jobs and terminates the workers before re-raising;
+    workers ignore SIGINT and die with the parent (:func:`_watch_parent`)."""
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                  initializer=_watch_parent, initargs=(os.getpid(),))
+    finished = False
+    try:
         futs = {pool.submit(fn, j): j for j in jobs}
         for f in cf.as_completed(futs):
             try:
-                yield futs[f], f.result()
+                res = f.result()
             except Exception as exc:  # noqa: BLE001 - reported by the caller, the other jobs go on
-                yield futs[f], exc
+                res = exc
+            yield futs[f], res
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _terminate(pool)
 
 
 @EXECUTORS.register("ray")
@@ -58,6 +124,11 @@ def ray_tasks(jobs: Sequence[Any], workers: int, fn: Callable[[Any], dict]) -> I
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)
         refs = {remote.remote(j): j for j in jobs}
         pending = list(refs)
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
+    try:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for r in done:
@@ -66,5 +137,10 @@ def ray_tasks(jobs: Sequence[Any], workers: int, fn: Callable[[Any], dict]) -> I
                 except ray.exceptions.RayTaskError as exc:
                     yield refs[r], exc.cause if isinstance(exc.cause, BaseException) else exc
     finally:
+        for r in pending:  # interrupted (or the caller stopped early): cancel what has not finished
+            try:
+                ray.cancel(r, force=True)
+            except Exception:  # noqa: BLE001 - best effort; shutdown below stops a local instance anyway
+                pass
         if started:
             ray.shutdown()

@@ -362,9 +362,12 @@ def _contract(cfg: Any, suite: Any, records_all: dict[str, list[dict[str, Any]]]
     return out
 
 
-def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = None) -> Path:
+def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = None,
+                 missing: Sequence[Any] = ()) -> Path:
     """Write ``report.md``, ``summary.json`` and the figures into ``cfg.report_dir`` from ``jobs``, the finished
-    runs (:func:`llm_harness.compare.runner.run` passes those whose ``done.json`` matches); returns the report path."""
+    runs (:func:`llm_harness.compare.runner.run` passes those whose ``done.json`` matches); returns the report path.
+    ``missing``: planned runs without a finished result (failed or not run), listed at the top of the report and
+    in ``summary.json``."""
     import torch
 
     suite = SUITES[cfg.suite]
@@ -399,6 +402,10 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         + (f"; training wall time of this invocation {train_wall_s / 60:.1f} min." if train_wall_s else "."),
         "",
     ]
+    missing_keys = [f"{j.regime}/{j.method}/seed{j.seed}" for j in missing]
+    if missing_keys:
+        lines += [f"**Incomplete: {len(missing_keys)} planned run(s) have no finished result (failed or not run) and "
+                  f"are not in the tables below:** {', '.join(f'`{m}`' for m in missing_keys)}.", ""]
     records_all = {}
     for regime in suite.regimes:
         if regime.name not in summary or not summary[regime.name]["methods"]:
@@ -468,5 +475,7 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
            "sizes_by_regime": {r: cfg.sizes_for(r) for r in summary},
            "min_effect": suite.min_effect, "protocol": proto, "methods": _contract(cfg, suite, records_all, summary),
            "regimes": summary, "records": records_all}
+    if missing_keys:
+        doc["missing"] = missing_keys
     write_json(out / "summary.json", _clean(doc))
     return out / "report.md"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
+from llm_harness.compare.records import RecordError, manifest_entry, read_manifest, update_manifest, verify_record
 from llm_harness.compare.suite import SUITES, Regime, Suite, run_mapping
 from vsr.atomic import atomic_path, write_json
 from vsr.checks import check_number
@@ -81,6 +82,9 @@ class CompareConfig:
     """Do not train; rebuild the report from the runs already in ``out``."""
     quick: bool = False
     """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples (and a tiny prompt pool)."""
+    retrain: bool = True
+    """A damaged or mismatched record (checksum, row count, configuration: ``llm_harness.compare.records``) is named
+    and its job trained again; ``--no-retrain`` refuses instead."""
     records: bool = True
     """Keep every finished run's record (done.json + gzipped metrics) in ``OUT/records`` and restore the matching
     ones before training, so a suite resumes on a fresh clone; off: train whatever the run folder lacks."""
@@ -317,9 +321,14 @@ def _record_dir(records_root: Path, job: Job) -> Path:
     return Path(records_root) / job.regime / job.method / f"seed{job.seed}"
 
 
+def _record_key(job: Job) -> str:
+    return f"{job.regime}/{job.method}/seed{job.seed}"
+
+
 def save_record(job: Job, records_root: Path) -> Path:
     """Keep a finished run's ``done.json`` and gzipped ``metrics.jsonl`` under ``records_root`` (module doc,
-    "Records"); files already holding the same bytes are left alone. Returns the record folder."""
+    "Records") and their checksums in the root's manifest (:mod:`.records`); files already holding the same
+    bytes are left alone. Returns the record folder."""
     src, dest = Path(job.run_dir), _record_dir(records_root, job)
     done = (src / "done.json").read_bytes()
     if not (dest / "done.json").is_file() or (dest / "done.json").read_bytes() != done:
@@ -333,21 +342,31 @@ def save_record(job: Job, records_root: Path) -> Path:
             gz.unlink()
         with atomic_path(dest / "done.json") as tmp:  # last: a record is complete once done.json is there
             tmp.write_bytes(done)
+    update_manifest(records_root, _record_key(job), manifest_entry(dest))
     return dest
 
 
-def restore_record(job: Job, records_root: Path) -> bool:
+def restore_record(job: Job, records_root: Path, *, retrain: bool = True) -> bool:
     """Put a job's record back into its run folder when the job is not finished there and the record's config
-    matches it (:func:`_matches`); returns whether it did. An unfinished run in the folder is replaced."""
+    matches it (:func:`_matches`) and the record passes :func:`.records.verify_record`; returns whether it did.
+    An unfinished run in the folder is replaced. A damaged or mismatched record is named and left unused (the job
+    retrains), or refused with :class:`.records.RecordError` when ``retrain`` is false."""
     rec = _record_dir(records_root, job)
     if _done(job) or not (rec / "done.json").is_file():
         return False
     try:
         info = json.loads((rec / "done.json").read_text())
-    except ValueError as e:
-        raise ValueError(f"{rec / 'done.json'}: not JSON ({e})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        return _bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain)
+    if not isinstance(info, dict):
+        return _bad_record(RecordError(f"{rec / 'done.json'}: not a JSON object"), retrain)
     if not _matches(info, job, rec):
         return False
+    steps = None if job.method == "base" else int(job.mapping.get("steps", 0))
+    try:
+        verify_record(rec, info, key=_record_key(job), manifest=read_manifest(records_root), steps=steps)
+    except RecordError as e:
+        return _bad_record(e, retrain)
     d = Path(job.run_dir)
     if d.exists():
         shutil.rmtree(d)
@@ -358,6 +377,13 @@ def restore_record(job: Job, records_root: Path) -> bool:
     with atomic_path(d / "done.json") as tmp:
         tmp.write_bytes((rec / "done.json").read_bytes())
     return True
+
+
+def _bad_record(err: RecordError, retrain: bool) -> bool:
+    if not retrain:
+        raise RecordError(f"{err}; refusing (--no-retrain); delete the record to retrain the job") from None
+    print(f"vsr compare: record not used, the job trains again: {err}", flush=True)
+    return False
 
 
 def _execute(job: Job) -> dict[str, Any]:
@@ -392,8 +418,10 @@ def _execute(job: Job) -> dict[str, Any]:
         out["rc"] = 0
     else:
         from llm_harness.trainer.entry import train
+        from llm_harness.trainer.loop import config_fingerprint
 
         out["rc"] = int(train(cfg))
+        out["train_fingerprint"] = config_fingerprint(cfg)  # the metrics rows carry it too (records.verify_record)
     out["wall_s"] = time.perf_counter() - t0
     out["config"] = job.resolved()
     out["pool_sha256"] = job.pool_sha256()
@@ -401,8 +429,42 @@ def _execute(job: Job) -> dict[str, Any]:
     return out
 
 
+def _describe_jobs(jobs: list[Job], limit: int = 12) -> str:
+    """``regime/method (seeds 0, 2)`` for each (regime, method) of ``jobs``, at most ``limit`` of them."""
+    by: dict[tuple[str, str], list[int]] = {}
+    for j in jobs:
+        by.setdefault((j.regime, j.method), []).append(j.seed)
+    parts = [f"{r}/{m} (seed{'s' if len(v) > 1 else ''} {', '.join(map(str, sorted(v)))})" for (r, m), v in by.items()]
+    return "; ".join(parts[:limit]) + (f"; and {len(parts) - limit} more" if len(parts) > limit else "")
+
+
+def _collect(cfg: CompareConfig, bar: Any) -> int:
+    """Report each finished job as it arrives and keep its record; returns the number of failed jobs."""
+    failures = 0
+    for j, res in bar:
+        if isinstance(res, BaseException):
+            failures += 1
+            print(f"  FAILED: {j.regime}/{j.method}/seed{j.seed}: {type(res).__name__}: {res}", flush=True)
+        elif res.get("rc", 1) != 0:
+            failures += 1
+            print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
+        elif cfg.records:
+            save_record(j, cfg.records_root)  # kept as it finishes: a session that ends mid-suite loses nothing
+        bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
+    return failures
+
+
 def run(cfg: CompareConfig) -> int:
-    """Train what is missing, then write the report; exit code 1 if a run failed."""
+    """Train what is missing, then write the report; exit code 1 if a run failed. The suite's run folder is
+    locked for the whole call (:mod:`vsr.runlock`): a second ``vsr compare`` of the same suite and folder is
+    refused."""
+    from vsr.runlock import locked_folder
+
+    with locked_folder(cfg.runs_root, field="out"):
+        return _run_locked(cfg)
+
+
+def _run_locked(cfg: CompareConfig) -> int:
     from tqdm.auto import tqdm
 
     from llm_harness.compare.report import write_report
@@ -421,7 +483,8 @@ def run(cfg: CompareConfig) -> int:
     planned = plan_jobs(replace(cfg, methods=(), regimes=())) if cfg.methods or cfg.regimes else jobs
     restored: dict[Path, int] = {}
     for j in planned if cfg.records else ():
-        root = next((r for r in (cfg.records_root, *cfg.shared_records_roots) if restore_record(j, r)), None)
+        root = next((r for r in (cfg.records_root, *cfg.shared_records_roots) if restore_record(j, r, retrain=cfg.retrain)),
+                    None)
         if root is not None:
             restored[root] = restored.get(root, 0) + 1
     for root, n in restored.items():
@@ -436,16 +499,11 @@ def run(cfg: CompareConfig) -> int:
     if todo:
         runs = EXECUTORS[cfg.executor](todo, cfg.workers, _execute)
         bar = tqdm(runs, total=len(todo), desc="runs", file=sys.stdout)
-        for j, res in bar:
-            if isinstance(res, BaseException):
-                failures += 1
-                print(f"  FAILED: {j.regime}/{j.method}/seed{j.seed}: {type(res).__name__}: {res}", flush=True)
-            elif res.get("rc", 1) != 0:
-                failures += 1
-                print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
-            elif cfg.records:
-                save_record(j, cfg.records_root)  # kept as it finishes: a session that ends mid-suite loses nothing
-            bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
+        try:
+            failures = _collect(cfg, bar)
+        finally:
+            runs.close()  # an interrupt in this loop still cancels the queue and stops the workers
+            bar.close()
     wall = time.perf_counter() - t0
     current, stale = [], []  # finished runs of this config; done.json files from another config (not this suite's result)
     for j in planned:
@@ -459,6 +517,15 @@ def run(cfg: CompareConfig) -> int:
         print(f"vsr compare: {len(stale)} run(s) finished with another config are left out of the report "
               f"(e.g. {stale[0].regime}/{stale[0].method}/seed{stale[0].seed}); rerun without --report-only to redo them",
               flush=True)
-    path = write_report(cfg, current, train_wall_s=wall if todo else None)
+    if not current:
+        raise ValueError(f"no finished run of suite {cfg.suite!r} in {cfg.runs_root} (and no matching record in "
+                         f"{cfg.records_root}): nothing to report" + ("; run it without --report-only first"
+                                                                       if cfg.report_only else ""))
+    now = {j.run_dir for j in jobs}  # this invocation's jobs first, then the rest of the suite
+    absent = [j for j in jobs if not _done(j)] + [j for j in planned if j.run_dir not in now and not _done(j)]
+    if absent:
+        print(f"vsr compare: {len(absent)} of {len(planned)} planned run(s) are missing from the report "
+              f"(failed or not run): {_describe_jobs(absent)}", flush=True)
+    path = write_report(cfg, current, train_wall_s=wall if todo else None, missing=absent)
     print(f"report: {path}", flush=True)
     return 1 if failures else 0

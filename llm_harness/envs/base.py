@@ -88,8 +88,9 @@ def check_penalty(penalty: object, where: str = "invalid_penalty") -> float:
     return float(penalty)
 
 
-def seed_range(start: int, count: int, where: str = "seeds") -> tuple[int, ...]:
-    """The map seeds ``start, start + 1, ..., start + count - 1`` (an empty range is refused).
+def seed_range(start: int, count: int, where: str = "seeds") -> range:
+    """The map seeds ``start, start + 1, ..., start + count - 1`` as a lazy ``range`` (an empty range is refused;
+    a billion seeds cost nothing until iterated).
 
     The evaluation protocol of VSR D.3 uses a fixed set of map seeds per environment/level.
     """
@@ -97,7 +98,7 @@ def seed_range(start: int, count: int, where: str = "seeds") -> tuple[int, ...]:
     check_number(f"{where}.count", count, integer=True)
     if count < 1:
         raise ValueError(f"{where}: the seed range is empty (count must be >= 1, got {count})")
-    return tuple(range(start, start + count))
+    return range(start, start + count)
 
 
 def parse_action(text: object, words: Sequence[str]) -> str | None:

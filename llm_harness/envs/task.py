@@ -30,6 +30,9 @@ __all__ = ["EVAL_SEEDS", "EnvTask", "EnvTaskConfig"]
 
 #: the fixed evaluation episodes of every environment (128, as in the VSR paper's agentic protocol)
 EVAL_SEEDS: tuple[int, ...] = tuple(range(128))
+#: most training episode seeds of a task: the training split materialises one problem (a reset and its first
+#: prompt) per seed when it is first read
+MAX_TRAIN_EPISODES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class EnvTaskConfig:
 
     def __post_init__(self) -> None:
         REPLY_FORMATS.check(self.reply_format, "reply_format")
-        check_number("n_train", self.n_train, 1, integer=True)
+        check_number("n_train", self.n_train, 1, MAX_TRAIN_EPISODES, integer=True)
         check_number("train_seed_start", self.train_seed_start, len(EVAL_SEEDS), integer=True)
         if self.window is not None:
             check_number("window", self.window, 0, integer=True)
@@ -70,7 +73,7 @@ class EnvTask(Task):
         self.config = config
         self._probe = make_env(config.env, **config.env_params)  # validates the env and its parameters
         c = config
-        train = tuple(range(c.train_seed_start, c.train_seed_start + c.n_train))
+        train = range(c.train_seed_start, c.train_seed_start + c.n_train)  # lazy: nothing built per seed here
         self._splits = {"train": train, "validation": EVAL_SEEDS, "test": EVAL_SEEDS}
         self._problems: dict[str, tuple[Problem, ...]] = {}
 

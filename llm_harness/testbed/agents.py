@@ -59,13 +59,13 @@ __all__ = [
 #: newline and printable ASCII (space .. ~): every agent alphabet contains it
 ASCII_TEXT = "\n" + "".join(chr(c) for c in range(32, 127))
 #: the 128 fixed evaluation map seeds of every agent card (VSR D.3)
-EVAL_SEEDS: tuple[int, ...] = seed_range(0, 128, "eval_seeds")
+EVAL_SEEDS: tuple[int, ...] = tuple(seed_range(0, 128, "eval_seeds"))
 #: training map seeds are TRAIN_SEED_START, TRAIN_SEED_START + 1, ... (disjoint from EVAL_SEEDS)
 TRAIN_SEED_START = 1_000_000
 assert max(EVAL_SEEDS) < TRAIN_SEED_START
 
 
-def train_seeds(n: int) -> tuple[int, ...]:
+def train_seeds(n: int) -> range:
     """The first ``n`` training map seeds (before dropping rooms equal to an evaluation room)."""
     return seed_range(TRAIN_SEED_START, n, "train_seeds")
 

@@ -28,8 +28,28 @@ __all__ = [
     "TaskConfig",
     "TrainConfig",
     "ValidationConfig",
+    "LIMITS",
     "check_number",
 ]
+
+#: Upper bounds of the size-like fields, checked at validation: far above any run one machine (or a verl
+#: cluster's single trainer) makes, low enough that a slip (``1e9``) is refused with the field's name before
+#: memory or time is spent. A run that needs more can raise them here.
+LIMITS = {
+    "steps": 10_000_000,
+    "prompts_per_step": 65_536,
+    "group_size": 4_096,
+    "rollouts_per_step": 1_048_576,  # prompts_per_step x group_size
+    "max_new_tokens": 1_048_576,
+    "max_batch_sequences": 65_536,
+    "ppo_epochs": 1_000,
+    "mini_batches": 65_536,
+    "max_gen_rounds": 10_000,
+    "validation_problems": 1_000_000,
+    "validation_k": 4_096,
+    "turn_tokens": 1_048_576,
+    "max_turns": 100_000,
+}
 
 #: estimators that normalise within a group and so need G >= 2
 GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -126,12 +146,12 @@ class RolloutConfig:
     (0 disables the deadline: verification runs inline)."""
 
     def __post_init__(self) -> None:
-        check_number("prompts_per_step", self.prompts_per_step, 1, integer=True)
-        check_number("group_size", self.group_size, 1, integer=True)
+        check_number("prompts_per_step", self.prompts_per_step, 1, LIMITS["prompts_per_step"], integer=True)
+        check_number("group_size", self.group_size, 1, LIMITS["group_size"], integer=True)
         check_number("temperature", self.temperature, 0, lo_open=True)
         check_number("top_p", self.top_p, 0, 1, lo_open=True)
-        check_number("max_new_tokens", self.max_new_tokens, 1, integer=True)
-        check_number("max_batch_sequences", self.max_batch_sequences, 1, integer=True)
+        check_number("max_new_tokens", self.max_new_tokens, 1, LIMITS["max_new_tokens"], integer=True)
+        check_number("max_batch_sequences", self.max_batch_sequences, 1, LIMITS["max_batch_sequences"], integer=True)
         check_number("verify_timeout_s", self.verify_timeout_s, 0)
         if not isinstance(self.share_prefix, bool):
             raise ValueError(f"share_prefix: must be a bool, got {self.share_prefix!r}")
@@ -196,9 +216,9 @@ class AlgoConfig:
         check_number("kl_coef", self.kl_coef, 0)
         check_number("kl_cap", self.kl_cap, 0)
         check_number("std_ddof", self.std_ddof, 0, 1, integer=True)
-        check_number("max_gen_rounds", self.max_gen_rounds, 1, integer=True)
-        check_number("ppo_epochs", self.ppo_epochs, 1, integer=True)
-        check_number("mini_batches", self.mini_batches, 1, integer=True)
+        check_number("max_gen_rounds", self.max_gen_rounds, 1, LIMITS["max_gen_rounds"], integer=True)
+        check_number("ppo_epochs", self.ppo_epochs, 1, LIMITS["ppo_epochs"], integer=True)
+        check_number("mini_batches", self.mini_batches, 1, LIMITS["mini_batches"], integer=True)
         from llm_harness.trainer.advantages import ADVANTAGE_ESTIMATORS
         from llm_harness.trainer.losses import AGGREGATIONS, OBJECTIVES
         from llm_harness.trainer import multiturn  # noqa: F401  (registers the 'multiturn' collector)
@@ -226,8 +246,8 @@ class AgentConfig:
     """Cap on turns per episode (0: the environment's own step budget ends every episode)."""
 
     def __post_init__(self) -> None:
-        check_number("turn_tokens", self.turn_tokens, 1, integer=True)
-        check_number("max_turns", self.max_turns, 0, integer=True)
+        check_number("turn_tokens", self.turn_tokens, 1, LIMITS["turn_tokens"], integer=True)
+        check_number("max_turns", self.max_turns, 0, LIMITS["max_turns"], integer=True)
 
 
 @dataclass(frozen=True)
@@ -297,10 +317,11 @@ class ValidationConfig:
 
     def __post_init__(self) -> None:
         check_number("every", self.every, 0, integer=True)
-        check_number("n_problems", self.n_problems, 1, integer=True)
+        check_number("n_problems", self.n_problems, 1, LIMITS["validation_problems"], integer=True)
         from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
 
         resolve_sampling(self, EvalProtocol(1.0, 1.0, 4, "validation defaults"))
+        check_number("k", self.k, 1, LIMITS["validation_k"], integer=True)
         check_number("logdet_alpha", self.logdet_alpha, 0, lo_open=True)
         from llm_harness.methods.embedders import EMBEDDERS
 
@@ -399,7 +420,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_number("seed", self.seed, 0, integer=True)
-        check_number("steps", self.steps, 1, integer=True)
+        check_number("steps", self.steps, 1, LIMITS["steps"], integer=True)
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("model", "task", "rollout", "algo", "optim", "agent", "validation", "run"):
@@ -411,6 +432,11 @@ class TrainConfig:
             if not isinstance(v, Mapping) and v is not None:
                 raise ValueError(f"plugins.{k}: params must be a mapping, got {type(v).__name__}")
         object.__setattr__(self, "plugins", {k: dict(v or {}) for k, v in self.plugins.items()})
+        rollouts = self.rollout.prompts_per_step * self.rollout.group_size
+        if rollouts > LIMITS["rollouts_per_step"]:
+            raise ValueError(f"rollout.prompts_per_step x rollout.group_size: {self.rollout.prompts_per_step} x "
+                             f"{self.rollout.group_size} = {rollouts} rollouts per step exceeds the limit "
+                             f"{LIMITS['rollouts_per_step']}")
         if self.algo.advantage in GROUP_ESTIMATORS and self.algo.collector == "generate" and self.rollout.group_size < 2:
             raise ValueError(
                 f"rollout.group_size: the {self.algo.advantage!r} estimator normalises within a group and needs G >= 2, "
@@ -472,10 +498,10 @@ class EvalConfig:
         from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
 
         resolve_sampling(self, EvalProtocol(1.0, 1.0, 8, "eval defaults"))
-        check_number("max_new_tokens", self.max_new_tokens, 1, integer=True)
+        check_number("max_new_tokens", self.max_new_tokens, 1, LIMITS["max_new_tokens"], integer=True)
         check_number("seed", self.seed, 0, integer=True)
         check_number("window", self.window, 0, integer=True)
-        check_number("turn_tokens", self.turn_tokens, 1, integer=True)
+        check_number("turn_tokens", self.turn_tokens, 1, LIMITS["turn_tokens"], integer=True)
         if not isinstance(self.env_params, Mapping):
             raise ValueError(f"env_params: must be a mapping, got {type(self.env_params).__name__}")
         params = dict(self.env_params)

@@ -18,6 +18,7 @@ import torch
 from llm_harness.trainer.config import EvalConfig, TrainConfig
 from vsr.atomic import write_json, write_text
 from vsr.config_io import save_config
+from vsr.runlock import FolderLock
 
 __all__ = ["build_backend", "build_trainer", "evaluate", "train"]
 
@@ -92,19 +93,24 @@ def train(cfg: TrainConfig) -> int:
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
     run_dir = Path(cfg.run.run_dir)
-    if not cfg.run.resume and (run_dir / "checkpoints" / "latest").exists():
-        raise ValueError(
-            f"run.run_dir: {run_dir} already holds a run with checkpoints; pass --run.resume true to continue it "
-            f"or choose another run_dir"
-        )
-    if cfg.run.resume:
-        check_resume_config(cfg, run_dir)
-    trainer = build_trainer(cfg)
+    lock = FolderLock(run_dir, field="run.run_dir").acquire()  # before any check of the folder's contents
+    trainer = None
+    try:
+        if not cfg.run.resume and (run_dir / "checkpoints" / "latest").exists():
+            raise ValueError(
+                f"run.run_dir: {run_dir} already holds a run with checkpoints; pass --run.resume true to continue it "
+                f"or choose another run_dir"
+            )
+        if cfg.run.resume:
+            check_resume_config(cfg, run_dir)
+        trainer = build_trainer(cfg)
+    except BaseException:
+        lock.discard_if_created()  # a refused run leaves no folder behind
+        raise
     try:
         if cfg.run.resume:
             step = trainer.resume()
             print(f"resumed from step {step}", file=sys.stderr)
-        run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
         trainer.fit()
     except NonFiniteLossError as exc:
@@ -112,6 +118,7 @@ def train(cfg: TrainConfig) -> int:
         return 1
     finally:
         trainer.close()
+        lock.release()
     return 0
 
 
@@ -125,8 +132,14 @@ def _load_eval_model(cfg: EvalConfig) -> tuple[Any, Any]:
     if cfg.run_dir:
         run_cfg = load_config(TrainConfig, Path(cfg.run_dir) / "config.yaml")
         model_cfg, seed = run_cfg.model, run_cfg.seed
-        _, ck, _ = find_resumable(Path(cfg.run_dir) / "checkpoints")
+        path, ck, skipped = find_resumable(Path(cfg.run_dir) / "checkpoints")
         state = ck["model"]
+        step = ck.get("meta", {}).get("step", "?")
+        if skipped:  # never evaluate an older step silently
+            print(f"vsr eval: evaluating step {step} ({path}), the newest intact checkpoint; skipped: "
+                  + "; ".join(skipped), file=sys.stderr)
+        else:
+            print(f"vsr eval: evaluating step {step} ({path})", file=sys.stderr)
     model, tokenizer = build_model(model_cfg, seed)
     if state is not None:
         model.load_state_dict(state)

@@ -666,6 +666,8 @@ class Trainer:
                     te = time.perf_counter()
                     m.update(self.validate())
                     m["time_eval_s"] = time.perf_counter() - te
+                if self.step == 1:  # the first row names the configuration (compare records check it)
+                    m = {**m, "config_fingerprint": config_fingerprint(cfg)}
                 writer.log(m)
                 rows.append(m)
                 bar.set_postfix(acc=f"{m.get('accuracy', float('nan')):.3f}", loss=f"{m.get('loss', float('nan')):.3g}")

@@ -131,12 +131,36 @@ def build_model(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
         path = alt if alt.exists() else path
     if not (path / "config.json").is_file():
         raise ValueError(f"model.path: {cfg.path!r} is not a saved model folder (no config.json)")
+    check_safetensors_folder(path, "model.path")
     kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **{kw: dtype}).to(device)
     from llm_harness.tasks.coverage import keep_unknown_token
 
     tok = keep_unknown_token(transformers.AutoTokenizer.from_pretrained(path, local_files_only=True))
     return model, tok
+
+
+#: weight files that are pickles: loading one can run arbitrary code
+_PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
+
+
+def check_safetensors_folder(path: Any, field: str) -> None:
+    """Refuse a model folder whose weights are not safetensors, before transformers sees it: its pickle loader
+    would either refuse with advice to set ``weights_only=False`` (which runs whatever the pickle holds) or load
+    it. The message names the file and a safe conversion."""
+    from pathlib import Path
+
+    path = Path(path)
+    if any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").is_file():
+        return
+    found = [n for n in _PICKLED_WEIGHTS if (path / n).is_file()]
+    if found:
+        raise ValueError(
+            f"{field}: {path} holds {found[0]}, not safetensors; this toolkit loads safetensors only (a pickled "
+            "checkpoint can run code when loaded). If you trust the file, convert it once: "
+            "`python -c \"from transformers import AutoModelForCausalLM as M; "
+            f"M.from_pretrained('{path}').save_pretrained('{path}-safetensors')\"` and pass that folder")
+    raise ValueError(f"{field}: {path} has config.json but no *.safetensors weights")
 
 
 def _shared_length(input_ids: torch.Tensor, loss_mask: torch.Tensor) -> int:

@@ -52,6 +52,59 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _csv_value(v: str) -> Any:
+    if v == "":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def _rows_for_resume(jsonl: Path, csv_path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``metrics.jsonl`` for a resume. A damaged line is recovered from the same row of
+    ``metrics.csv`` (both files hold the same rows in the same order) with a warning; a damaged line neither
+    file holds intact is an error naming it, except a torn last line (a run killed while writing it)."""
+    import sys
+
+    if not jsonl.is_file():
+        return []
+    lines = jsonl.read_bytes().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    csv_rows: list[dict[str, str]] | None = None
+    rows = []
+    for i, raw in enumerate(lines):
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+            rows.append(row)
+            continue
+        except ValueError as exc:  # includes UnicodeDecodeError and JSONDecodeError
+            reason = str(exc)
+        if csv_rows is None:
+            try:
+                csv_rows = list(csv.DictReader(io.StringIO(csv_path.read_text(encoding="utf-8"))))
+            except (OSError, ValueError):
+                csv_rows = []
+        recovered = {k: _csv_value(v) for k, v in csv_rows[i].items() if k} if i < len(csv_rows) else None
+        expected = rows[-1].get("step", -1) + 1 if rows else 0
+        if recovered is not None and recovered.get("step") == expected:
+            print(f"warning: {jsonl}:{i + 1} is damaged ({reason}); recovered step {expected} from {csv_path}",
+                  file=sys.stderr)
+            rows.append(recovered)
+        elif i == len(lines) - 1:
+            print(f"warning: {jsonl}:{i + 1}: a torn last line (the run stopped while writing it) is dropped",
+                  file=sys.stderr)
+        else:
+            raise ValueError(f"{jsonl}:{i + 1}: damaged metrics row ({reason}) and {csv_path} does not hold it intact; "
+                             "repair or delete that line to resume (the rows after it would otherwise be lost)")
+    return rows
+
+
 class MetricsWriter:
     """Appends step rows to ``metrics.jsonl`` and keeps ``metrics.csv`` in sync."""
 
@@ -63,7 +116,7 @@ class MetricsWriter:
         self.csv = self.dir / "metrics.csv"
         self.rows: list[dict[str, Any]] = []
         if resume_step is not None:
-            self.rows = [r for r in read_metrics(self.jsonl) if r.get("step", -1) < resume_step]
+            self.rows = [r for r in _rows_for_resume(self.jsonl, self.csv) if r.get("step", -1) < resume_step]
         write_text(self.jsonl, "".join(json.dumps(r) + "\n" for r in self.rows))
         self.columns: list[str] = []
         for r in self.rows:

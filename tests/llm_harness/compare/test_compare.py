@@ -59,10 +59,11 @@ def _fake_run(job, avg, tokens):
     if job.method == "base":
         info["validation"] = {"val_avg_at_8": 0.3, "val_pass_at_8": 0.6}
     else:
+        steps = int(job.mapping["steps"])  # one row per step, as a real run writes (records check it)
         rows = [{"step": s, "gen_new_tokens": tokens, "prompt_instances": 8.0, "mixed_frac_fresh": 0.5,
-                 "time_step_s": 1.0, "time_plugins_s": 0.01, "reward_mean": 0.4} for s in range(4)]
-        rows[1].update({"val_avg_at_8": avg - 0.01, "val_pass_at_8": 0.7})
-        rows[3].update({"val_avg_at_8": avg, "val_pass_at_8": 0.75})
+                 "time_step_s": 1.0, "time_plugins_s": 0.01, "reward_mean": 0.4} for s in range(steps)]
+        rows[min(1, steps - 1)].update({"val_avg_at_8": avg - 0.01, "val_pass_at_8": 0.7})
+        rows[-1].update({"val_avg_at_8": avg, "val_pass_at_8": 0.75})
         (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     (d / "done.json").write_text(json.dumps(info))
 
@@ -381,10 +382,11 @@ def test_suites_that_share_arms_restore_each_others_records(tmp_path, capsys):
     by = {j.method: j for j in plan_jobs(signal)}
     assert {m for m, j in by.items() if (Path(j.run_dir) / "done.json").is_file()} == {"base", "grpo", "extra_full"}
     assert (signal.records_root / "recurring" / "grpo" / "seed0" / "done.json").is_file()
-    # another config (3 steps) matches no sibling record: nothing is restored
+    # another config (3 steps) matches no sibling record: nothing is restored, so there is nothing to report
     capsys.readouterr()
-    assert run(CompareConfig(suite="extra_signal", out=tmp_path / "compare_extra_signal", seeds=1, steps=3, eval_k=8,
-                             report_only=True)) == 0
+    with pytest.raises(ValueError, match="nothing to report"):
+        run(CompareConfig(suite="extra_signal", out=tmp_path / "compare_extra_signal", seeds=1, steps=3, eval_k=8,
+                          report_only=True))
     assert "restored" not in capsys.readouterr().out
 
 
@@ -420,7 +422,8 @@ def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     import shutil
 
     shutil.rmtree(tmp_path / "runs")
-    run(CompareConfig(**{**cfg.__dict__, "records": False}))
+    with pytest.raises(ValueError, match="nothing to report"):  # no records, no runs
+        run(CompareConfig(**{**cfg.__dict__, "records": False}))
     assert not cfg.pool_path.exists()
     run(cfg)
     assert cfg.pool_path.read_bytes() == (tmp_path / "pool.json").read_bytes()

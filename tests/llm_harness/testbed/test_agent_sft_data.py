@@ -33,7 +33,7 @@ def data() -> AgentSFTData:
 
 def test_seed_sets_are_disjoint_and_fixed():
     assert EVAL_SEEDS == tuple(range(128))
-    assert train_seeds(3) == (TRAIN_SEED_START, TRAIN_SEED_START + 1, TRAIN_SEED_START + 2)
+    assert tuple(train_seeds(3)) == (TRAIN_SEED_START, TRAIN_SEED_START + 1, TRAIN_SEED_START + 2)
     assert not set(train_seeds(10_000)) & set(EVAL_SEEDS)
 
 
