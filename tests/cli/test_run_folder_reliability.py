@@ -228,3 +228,22 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     finally:
         p.kill()
     _wait_for(lambda: not any(_alive(w) for w in workers), 20, "the orphaned workers to exit")
+
+
+def test_ctrl_c_on_a_study_stops_after_its_last_chunk_and_frees_the_folder(tmp_path):
+    out = tmp_path / "study"
+    p = _start("study", "hint-ratio", "--model", "low", "--n-problems", "400", "--chunk-problems", "2",
+               "--n-continuations", "2", "--no-progress", "--out", str(out))
+    try:
+        _wait_for(lambda: len(list((out / "chunks").glob("*.json"))) >= 1 if (out / "chunks").is_dir() else False,
+                  240, "the study's first chunk")
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("vsr study hint-ratio: interrupted by SIGINT; rerun the same command to "
+                                            "continue from the last finished chunk")
+    assert "Traceback" not in err and not (out / "summary.json").exists()
+    with FolderLock(out) as lock:
+        assert lock.held
