@@ -26,7 +26,8 @@ Design (STYLE rule 9; the issue's "honest benchmark"):
 * **Fraction of a measured limit.** The useful FLOPs of our step (counted from the step's rollouts:
   prefill and decode forwards, forward + backward over the trained sequences; unpadded tokens;
   linear layers + LM head + attention scores) divided by the measured ``torch.mm`` rate on the same
-  matmul shapes (decode: live rows x hidden; training: trained tokens x hidden; forward and both
+  matmul shapes (prefill: the step's prompt tokens x hidden, all prompts in one pass; decode: live rows x
+  hidden; training: trained tokens x hidden; forward and both
   backward shapes) at the same thread count, float32; ``fraction = limit_s / step_s``. This is a
   GEMM-only roofline: norms, softmax, sampling, Python and framework overhead count as time away
   from the limit, and attention is charged at the GEMM rate (optimistic), so the fraction is an
@@ -104,7 +105,10 @@ class TrlBenchConfig:
     """Options of the trainer-vs-TRL benchmark."""
 
     model: str = "llm_harness/testbed/checkpoints/mid"
-    """Saved test-bed checkpoint; when missing, a bootstrapped SFT model is used (module doc)."""
+    """Saved model folder, or a registered real model (``smollm2-135m-instruct``: imported by ``vsr model
+    import``); a missing folder falls back to a bootstrapped SFT test-bed model (module doc)."""
+    task: str = "step_arith"
+    """Registered task of both trainers (``arith_ladder`` for the real model: its chat template is used)."""
     cache_dir: str = "runs/bench_cache"
     """Where the bootstrapped model is cached."""
     bootstrap_steps: int = 400
@@ -266,8 +270,9 @@ def step_flops(shapes: ModelShapes, generated: list[tuple[int, list[int]]], trai
     positions, head on the response positions, backward = 2 x forward.
     """
     lin, head = shapes.linear_flops_per_token, shapes.head_flops_per_token
-    dec = 0
+    dec = pre = 0
     for P, rs in generated:
+        pre += P * lin + sum(shapes.attn_flops(p + 1) for p in range(P)) + head
         dec += P * lin + sum(shapes.attn_flops(p + 1) for p in range(P)) + head
         for R in rs:
             for t in range(1, R):  # forwards of tokens 0..R-2 at context P + t
@@ -276,7 +281,8 @@ def step_flops(shapes: ModelShapes, generated: list[tuple[int, list[int]]], trai
     for P, R in trained:
         L = P + R
         fwd += L * lin + sum(shapes.attn_flops(p + 1) for p in range(L)) + R * head
-    return {"decode_flops": float(dec), "train_flops": float(3 * fwd)}
+    # ``decode_flops`` includes the prefill; ``prefill_flops`` is that part (it runs at a prefill GEMM shape)
+    return {"decode_flops": float(dec), "prefill_flops": float(pre), "train_flops": float(3 * fwd)}
 
 
 def _time_mm(m: int, k: int, n: int, repeats: int) -> float:
@@ -373,12 +379,13 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
     w = cfg.warmup_steps
     timed, steps = rows[w:], rec.records[w:]
     shapes = model_shapes(model)
-    flops = {"decode_flops": 0.0, "train_flops": 0.0}
+    flops = {"decode_flops": 0.0, "prefill_flops": 0.0, "train_flops": 0.0, "prefill_tokens": 0.0}
     for st in steps:
+        flops["prefill_tokens"] += sum(len(g.start.context_ids) for g in st.groups) / len(steps)
         gen = [(len(g.start.context_ids), [len(r) for r in g.response_ids]) for g in st.groups]
         trn = [(len(g.context(i)), len(g.response_ids[i])) for g in st.trained for i in range(g.size)]
         f = step_flops(shapes, gen, trn)
-        for k in flops:
+        for k in f:
             flops[k] += f[k] / len(steps)
     split = {k: sum(r[k] for r in timed) / cfg.steps for k in ("time_generate_s", "time_score_s", "time_train_s",
                                                                    "time_plugins_s")}
@@ -420,7 +427,9 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
     def reward(prompts, completions, **kw):
         out = []
         for p, c in zip(prompts, completions):
-            text = c.replace(tok.eos_token, "").replace(tok.pad_token, "")
+            text = c
+            for special in {tok.eos_token, tok.pad_token} - {None}:
+                text = text.replace(special, "")
             out.append(task.verify(by_prompt[p], text).reward)
         rewards_seen.extend(out)
         return out
@@ -540,7 +549,10 @@ def _summary(runs: list[dict], cfg: TrlBenchConfig, limit: dict) -> dict:
         if c == "trl" or not limit:
             continue
         for r in rs:
-            r["limit_s"] = r["decode_flops"] / limit["decode_flops_per_s"] + r["train_flops"] / limit["train_flops_per_s"]
+            pre = r.get("prefill_flops", 0.0)
+            r["limit_s"] = (pre / limit.get("prefill_flops_per_s", limit["decode_flops_per_s"])
+                            + (r["decode_flops"] - pre) / limit["decode_flops_per_s"]
+                            + r["train_flops"] / limit["train_flops_per_s"])
             r["limit_fraction"] = r["limit_s"] / r["s_per_step"]
         fr = [r["limit_fraction"] for r in rs]
         s.setdefault("limit_fraction", {})[c] = {"median": statistics.median(fr), "min": min(fr), "max": max(fr)}
@@ -558,8 +570,14 @@ def run(cfg: TrlBenchConfig) -> int:
         except ImportError:
             raise ValueError("contenders: 'trl' needs the trl package (pip install 'vsr-toolkit[bench]'), "
                              "or drop it: --contenders ours ours_no_filter") from None
-    task = get_task("step_arith")
+    from llm_harness.models.named import MODELS
+
+    task = get_task(cfg.task)
     path = Path(cfg.model)
+    if cfg.model in MODELS:  # a registered real model: its verified folder in the cache
+        from llm_harness.models.gguf_import import ImportConfig, import_model
+
+        path = import_model(ImportConfig(source=cfg.model))
     if not (path / "config.json").is_file():
         print(f"{path} not found: bootstrapping an SFT model ({cfg.bootstrap_steps} steps)", file=sys.stderr)
         path = _bootstrap(cfg)
@@ -594,8 +612,10 @@ def run(cfg: TrlBenchConfig) -> int:
     limit: dict[str, Any] = {}
     if ours:
         tokens = max(1, int(round(statistics.median(x["trained_tokens"] for x in ours))))
+        prefill = max(1, int(round(statistics.median(x["prefill_tokens"] for x in ours))))
         limit = {"threads": cfg.threads, "dtype": "float32", "decode_rows": cfg.prompts * cfg.group_size,
-                 "train_rows": tokens,
+                 "train_rows": tokens, "prefill_rows": prefill,
+                 "prefill_flops_per_s": gemm_rate(shapes, prefill, cfg.gemm_repeats, backward=False),
                  "decode_flops_per_s": gemm_rate(shapes, cfg.prompts * cfg.group_size, cfg.gemm_repeats, backward=False),
                  "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True)}
     summary = _summary(runs, cfg, limit)
@@ -642,7 +662,8 @@ def format_report(res: dict, cfg: TrlBenchConfig) -> str:
     lim = res["limit"]
     if lim:
         lines.append(f"GEMM limit ({lim['threads']} threads, {lim['dtype']}, fastest of {cfg.gemm_repeats} timings): "
-                     f"decode {lim['decode_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['decode_rows']} rows, train "
+                     f"prefill {lim.get('prefill_flops_per_s', float('nan')) / 1e9:.2f} GFLOP/s at "
+                     f"{lim.get('prefill_rows')} rows, decode {lim['decode_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['decode_rows']} rows, train "
                      f"{lim['train_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['train_rows']} rows")
     for c, q in s.get("limit_fraction", {}).items():
         rs = [r for r in res["runs"] if r["contender"] == c]

@@ -19,7 +19,7 @@ def test_step_flops_match_a_hand_count():
     f = step_flops(sh, [(3, [1, 3])], [(3, 1), (3, 3)])
     prefill = 3 * lin + att(1) + att(2) + att(3) + head
     decode = 2 * (lin + head) + att(4) + att(5)  # the 3-token response forwards tokens 0 and 1
-    assert f["decode_flops"] == prefill + decode
+    assert f["decode_flops"] == prefill + decode and f["prefill_flops"] == prefill
     fwd = (4 * lin + sum(att(c) for c in range(1, 5)) + head) + (6 * lin + sum(att(c) for c in range(1, 7)) + 3 * head)
     assert f["train_flops"] == 3 * fwd
 
