@@ -104,7 +104,10 @@ def train(cfg: TrainConfig) -> int:
         if cfg.run.resume:
             check_resume_config(cfg, run_dir)
         trainer = build_trainer(cfg)
+        _check_memory(cfg, trainer)
     except BaseException:
+        if trainer is not None:
+            trainer.close()
         lock.discard_if_created()  # a refused run leaves no folder behind
         raise
     try:
@@ -120,6 +123,18 @@ def train(cfg: TrainConfig) -> int:
         trainer.close()
         lock.release()
     return 0
+
+
+def _check_memory(cfg: TrainConfig, trainer: Any) -> None:
+    """Refuse a run whose largest training pass cannot fit in this machine's memory (:mod:`.memory_check`)."""
+    from llm_harness.trainer.memory_check import available_bytes, check_memory, estimate_pass_bytes
+
+    sample = list(trainer.fresh.problems[:256])
+    prompt = max((len(trainer.ctx.encode_prompt(p)) for p in sample), default=0)
+    mc = trainer.model.config
+    est = estimate_pass_bytes(cfg, prompt_tokens=prompt, vocab=int(mc.vocab_size),
+                              max_context=getattr(mc, "max_position_embeddings", None))
+    check_memory(cfg, est, available_bytes())
 
 
 def _load_eval_model(cfg: EvalConfig) -> tuple[Any, Any]:

@@ -146,3 +146,18 @@ def test_a_damaged_metrics_row_is_recovered_from_the_csv_on_resume(tmp_path, cap
     (run / "metrics.csv").write_text((run / "metrics.csv").read_text().splitlines()[0] + "\n")
     with pytest.raises(ValueError, match=r"metrics.jsonl:2: damaged metrics row .* repair or delete that line"):
         train(replace(cfg, steps=5, run=replace(cfg.run, resume=True)))
+
+
+def test_a_pass_too_large_for_the_machine_is_refused_before_the_first_step(tmp_path, monkeypatch):
+    import llm_harness.trainer.memory_check as mc
+    from llm_harness.trainer.entry import train
+
+    cfg = from_dict(TrainConfig, _with("run.run_dir", str(tmp_path / "run")))
+    est = mc.estimate_pass_bytes(cfg, prompt_tokens=10, vocab=100, max_context=64)
+    assert (est.rows, est.tokens) == (4, 14) and est.bytes == 4 * 14 * 100 * 4 * 3
+    monkeypatch.setattr(mc, "available_bytes", lambda: 1000)  # a machine with 1000 bytes free
+    with pytest.raises(ValueError, match=r"memory: the largest training pass holds about .* set run.micro_batch_rows 1 or less"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+    monkeypatch.setenv("VSR_NO_MEMORY_CHECK", "1")
+    assert train(cfg) == 0
