@@ -214,9 +214,13 @@ class TextEnv(abc.ABC):
         mine = self._payload()
         for key in sorted(mine):
             if mine[key] != snap[key]:
+                field = repr(key)
+                if key == "world" and isinstance(mine[key], dict):  # name the world's fields (agent_pos, carrying, ...)
+                    field = ", ".join(repr(f"world.{k}") for k in sorted(set(mine[key]) | set(snap[key]))
+                                      if mine[key].get(k) != snap[key].get(k))
                 raise ValueError(
                     f"snapshot: re-executing its {len(snap['history'])} actions from seed {snap['seed']} gives a different "
-                    f"{key!r} (the snapshot does not belong to this environment version)"
+                    f"{field} (the snapshot was edited or does not belong to this environment version); refusing to restore"
                 )
         return self._budget
 

@@ -65,6 +65,7 @@ __all__ = [
     "shown_reply",
     "turn_seed",
     "turn_text",
+    "verify_episode_snapshots",
 ]
 
 
@@ -209,6 +210,42 @@ def prepare_episode(env: TextEnv, start: EpisodeStart) -> tuple[list[Turn], str]
     if env.done:
         raise ValueError(f"start.prefix: the episode of seed {start.seed} has ended after its {len(start.prefix)} actions")
     return turns, obs
+
+
+def verify_episode_snapshots(env: TextEnv, seed: int, snapshots: Sequence[Any], where: str = "snapshots") -> None:
+    """Check that every one of ``snapshots`` is a state of the episode of ``seed`` that has not ended --
+    what :func:`prepare_episode` checks before an episode starts from it -- raising ValueError naming
+    ``where[i]`` and why. ``env`` is scratch (it ends in some state of the episode).
+
+    One pass over the episode: while a snapshot's history extends the actions played so far, the
+    environment plays the rest and the snapshot must equal ``env.snapshot()`` exactly (checksum
+    included), so the states of one episode cost one reset plus one step per action instead of one
+    re-execution each (quadratic for BabyAI, whose restore re-executes). Any other snapshot, and one
+    that differs, is restored as :func:`prepare_episode` restores it, which refuses it naming the
+    problem (checksum, environment, parameters, seed, world against seed and history)."""
+    seed = check_seed(seed, f"{where}.seed")
+    env.reset(seed)
+    for i, snap in enumerate(snapshots):
+        hist = snap.get("history") if isinstance(snap, Mapping) else None
+        played = list(env.history)
+        if (isinstance(hist, list) and env.seed == seed and hist[: len(played)] == played
+                and _play_on(env, hist[len(played):]) and env.snapshot() == dict(snap)):
+            if env.done:
+                raise ValueError(f"{where}[{i}]: the episode of seed {seed} has ended in this snapshot")
+            continue
+        try:
+            prepare_episode(env, EpisodeStart(seed, snapshot=snap))
+        except ValueError as exc:
+            raise ValueError(f"{where}[{i}]: {exc}") from None
+
+
+def _play_on(env: TextEnv, words: Sequence[Any]) -> bool:
+    """Play ``words`` (action words, None for an invalid turn); False if the episode ends before one of them."""
+    for word in words:
+        if env.done or not (word is None or isinstance(word, str)):
+            return False
+        env.step(word)
+    return True
 
 
 def play_turn(env: TextEnv, turns: list[Turn], observation: str, prompt: str, prompt_ids: Sequence[int], sample: Any,

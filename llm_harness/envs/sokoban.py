@@ -7,7 +7,10 @@ its reverse-playing generator can fail (verl-agent then retries with a hashed se
 a solution, not the shortest one. Here the room is a pure function of the seed (and the room
 parameters), every room is certified solvable by breadth-first search within the step budget,
 and that search also yields the shortest expert demonstration. The state is a few small tuples,
-so a snapshot is the full state and restore is direct (no re-execution).
+so a snapshot is the full state and restore loads it directly; it is checked first against the
+seed and the history (walls and targets are those of the seed's room, and re-playing the
+snapshot's actions from that room -- at most ``max_steps`` moves -- puts the player and the boxes
+where the grid has them), so an edited or mismatched snapshot is refused, naming the field.
 
 **Generation** (:func:`generate_room`, ``numpy.random.default_rng(seed)``): carve the floor by
 a random walk over the interior (1.7 x (width + height) steps as in gym-sokoban; the direction
@@ -19,8 +22,8 @@ swaps x box displacement), which favours rooms that need more pushes; ours are u
 solvable placements. With
 the defaults (seeds 0..1999) the shortest solution has median 4 moves (mean 4.8; 21 % need at
 most 2, 14 % need 8 or more). The generator depends on numpy's ``Generator.integers``/``random``
-streams, pinned by a golden-room test; snapshots hold the full state, so restoring never
-depends on it.
+streams, pinned by a golden-room test; restoring a snapshot regenerates the seed's room to
+check the snapshot against it, so a snapshot taken with another generator is refused.
 
 **Rendering** (verl-agent's symbols): ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box
 on target, ``P`` player, ``S`` player on target; one text row per grid row, cells separated by a
@@ -45,6 +48,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -61,6 +65,7 @@ __all__ = [
     "SokobanEnv",
     "generate_room",
     "parse_room",
+    "play_room",
     "render_room",
     "solve",
 ]
@@ -175,6 +180,17 @@ def parse_room(text: str) -> Room:
     if not border <= walls:
         raise ValueError("grid: the outer border must be wall")
     return Room(size, frozenset(walls), tuple(sorted(targets)), tuple(sorted(boxes)), players[0])
+
+
+def play_room(room: Room, words: Sequence[str | None]) -> Room:
+    """The room after playing ``words`` in order (None: an invalid turn, which moves nothing).
+    ValueError if the room is solved before the last word (the episode would have ended there)."""
+    for i, word in enumerate(words):
+        if room.solved:
+            raise ValueError(f"the room is solved after {i} of the {len(words)} actions; the episode ends there")
+        if word is not None:
+            room = room.move(word)[0]
+    return room
 
 
 def solve(room: Room, max_moves: int) -> tuple[str, ...] | None:
@@ -338,6 +354,18 @@ class SokobanEnv(TextEnv):
         n = len(snap["history"])
         if n > budget or snap["success"] != room.solved or snap["done"] != (room.solved or n >= budget):
             raise ValueError("snapshot: done/success flags or history length disagree with the grid and the budget")
+        try:
+            played = play_room(start, snap["history"])
+        except ValueError as exc:
+            raise ValueError(f"snapshot.history: {exc} (seed {snap['seed']})") from None
+        for field in ("player", "boxes"):
+            have, want = getattr(room, field), getattr(played, field)
+            if have != want:
+                raise ValueError(
+                    f"snapshot.world.{field}: the grid has {field} {have}, but re-playing the snapshot's {n} actions "
+                    f"from seed {snap['seed']} gives {want}; refusing to restore (the snapshot was edited or does not "
+                    f"belong to this environment version)"
+                )
         self._room = room
         return budget
 

@@ -38,7 +38,9 @@ successful episode (``L`` turns) contributes the states before its turns ``i = 1
 serialized history of the turns before ``i`` plus the environment snapshot — scored with the same σ̂
 (``α_i = i / L``, ``p0`` = the group's success rate, ``R`` = 1 for the successful episode); a drawn
 state restarts ``G`` episodes from the restored environment, their history is prompt context (masked
-from the loss), and those ``G`` restarts form their own episode group (GiGPO). ``positions`` does
+from the loss), and those ``G`` restarts form their own episode group (GiGPO). A checkpoint's interaction
+states are checked when the buffer loads (:func:`verify_interaction_states`: a damaged snapshot raises
+``CorruptCheckpointError`` naming the state), not first when drawn. ``positions`` does
 not apply to episodes (every turn boundary is a state). The paper's agentic defaults: ``rho: 0.3,
 window: 5`` with ``G = 8``; the paper uses no expert cold start (the buffer fills from the policy only),
 but ``cold_start`` works for agents too (the expert's episodes), which gives the static-reset control
@@ -63,7 +65,8 @@ from llm_harness.trainer.step import Claim, Result, Step
 from theory.prefix_scores import (MIN_CALIBRATION_GAP, calibration_fraction, fit_interpolation, std_hat, variance_hat,
                                   variance_hat_calibrated)
 
-__all__ = ["CURRICULUM_BINS", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "weighted_sample_without_replacement"]
+__all__ = ["CURRICULUM_BINS", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "verify_interaction_states",
+           "weighted_sample_without_replacement"]
 
 SCORES = ("p1mp", "sqrt", "uniform", "oracle", "calibrated")
 POSITIONS = ("token", "steps", "stride")
@@ -185,6 +188,36 @@ def weighted_sample_without_replacement(weights: np.ndarray, k: int, rng: np.ran
     return pos[top]
 
 
+_STATE_KEYS = frozenset({"prompt_ids", "history", "snapshot"})
+
+
+def verify_interaction_states(task: Any, problem: Any, states: Any, positions: np.ndarray, where: str) -> None:
+    """Check a buffered episode's interaction states as a checkpoint loads them (ValueError naming the
+    state and why): each is a mapping ``{prompt_ids, history, snapshot}`` of plain data, every drawable
+    ``positions`` indexes one, and each snapshot is a state of the episode of ``problem``'s seed in
+    ``task``'s environment that has not ended -- exactly what restoring it when it is drawn checks
+    (:func:`llm_harness.envs.episodes.verify_episode_snapshots`: checksum, environment, parameters, seed,
+    world against seed and history), in one pass over the episode. The restore at draw time stays; this
+    makes a damaged state fail at resume, not mid-run. ``task`` is an environment task (``make_env``, ``seed_of``)."""
+    from llm_harness.envs.episodes import verify_episode_snapshots
+
+    if not isinstance(states, list) or not states:
+        raise ValueError(f"{where}.states: must be a non-empty list of interaction states")
+    if positions.size and not (0 <= int(positions.min()) and int(positions.max()) < len(states)):
+        raise ValueError(f"{where}.positions: index states 0..{len(states) - 1}, got {positions.tolist()}")
+    for i, s in enumerate(states):
+        w = f"{where}.states[{i}]"
+        if not isinstance(s, Mapping) or set(s) != _STATE_KEYS:
+            raise ValueError(f"{w}: not an interaction state (a mapping with keys {sorted(_STATE_KEYS)})")
+        if not isinstance(s["prompt_ids"], list) or not all(type(t) is int and t >= 0 for t in s["prompt_ids"]):
+            raise ValueError(f"{w}.prompt_ids: must be a list of token ids (ints >= 0)")
+        hist = s["history"]
+        if not isinstance(hist, list) or not all(isinstance(h, Mapping) and set(h) == {"observation", "action"}
+                                                 and all(isinstance(v, str) for v in h.values()) for h in hist):
+            raise ValueError(f"{w}.history: must be a list of {{observation, action}} texts")
+    verify_episode_snapshots(task.make_env(), task.seed_of(problem), [s["snapshot"] for s in states], f"{where}.states")
+
+
 @dataclass
 class _Trajectory:
     """One prompt's most recent successful trajectory in the buffer."""
@@ -215,6 +248,7 @@ class VSRPlugin(StartStateSource, StepHook):
         self.seed = int(ctx.config.seed)
         self.budget = int(ctx.config.rollout.max_new_tokens)
         self.train_problems = ctx.train_problems  # a checkpoint names problems by id
+        self.task = ctx.task  # a checkpoint's interaction states are restored into its environment to check them
         self.buffer: dict[str, _Trajectory] = {}
         self.calib_weight = np.zeros(cfg.calibration_bins)  # decayed evidence per α-bin (calibrated score)
         self.calib_sum = np.zeros(cfg.calibration_bins)
@@ -493,15 +527,31 @@ class VSRPlugin(StartStateSource, StepHook):
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Rebuild the buffer from :meth:`state_dict`. An episode's interaction states are checked here
+        (:func:`verify_interaction_states`); a damaged one raises the checkpoint module's
+        :class:`~llm_harness.trainer.checkpoint.CorruptCheckpointError` naming the entry and the state,
+        and the buffer is left as it was."""
+        from llm_harness.trainer.checkpoint import CorruptCheckpointError
+
         problems = problem_index(self.train_problems)
-        self.buffer = {}
-        for e in state["buffer"]:
+        buffer = {}
+        for j, e in enumerate(state["buffer"]):
             e = dict(e)
             k = e.pop("key")
             e["problem"] = problem_by_id(e["problem"], problems)
             e["prompt_ids"], e["response_ids"] = tuple(e["prompt_ids"]), tuple(e["response_ids"])
             e.setdefault("states", None)
-            self.buffer[k] = _Trajectory(**e)
+            if e["states"] is not None:
+                if not hasattr(self.task, "make_env"):  # not damage: this run's task has no environment
+                    raise ValueError(f"checkpoint: vsr.buffer[{j}] (problem {k!r}) holds interaction states, but the task "
+                                     f"{getattr(self.task, 'name', type(self.task).__name__)!r} is not an environment task")
+                try:
+                    verify_interaction_states(self.task, e["problem"], e["states"], np.asarray(e["positions"]),
+                                              f"vsr.buffer[{j}] (problem {k!r})")
+                except ValueError as exc:
+                    raise CorruptCheckpointError(f"checkpoint: a damaged replay-buffer state: {exc}") from None
+            buffer[k] = _Trajectory(**e)
+        self.buffer = buffer
         if "calib_weight" in state:
             self.calib_weight = np.asarray(state["calib_weight"], dtype=np.float64).copy()
             self.calib_sum = np.asarray(state["calib_sum"], dtype=np.float64).copy()

@@ -148,7 +148,27 @@ def test_restore_refuses_a_snapshot_that_does_not_re_execute():
     snap = env.snapshot()
     body = {k: v for k, v in snap.items() if k != "checksum"}
     body["world"] = {**body["world"], "agent_dir": (body["world"]["agent_dir"] + 1) % 4}
-    with pytest.raises(ValueError, match="gives a different 'world'"):
+    with pytest.raises(ValueError, match="gives a different 'world.agent_dir' .*refusing to restore"):
+        make_env("babyai", level="OneRoomS8").restore({**body, "checksum": _checksum(body)})
+
+
+@pytest.mark.parametrize("field", ["agent_pos", "carrying"])
+def test_restore_names_a_tampered_agent_position_or_carried_object(field):
+    """The agent's position and carried object are checked against the seed and the history like the
+    rest of the world (re-execution), and the refusal names the field; an intact snapshot restores exactly."""
+    from llm_harness.envs.base import _checksum
+
+    env = make_env("babyai", level="OneRoomS8")
+    env.reset(2)
+    env.step("forward")
+    snap = env.snapshot()
+    other = make_env("babyai", level="OneRoomS8")
+    assert other.restore(snap) == env.render() and other.snapshot() == snap
+    body = {k: v for k, v in snap.items() if k != "checksum"}
+    world = dict(body["world"])
+    world[field] = [world["agent_pos"][0] + 1, world["agent_pos"][1]] if field == "agent_pos" else [6, 0, 0]  # a red ball
+    body["world"] = world
+    with pytest.raises(ValueError, match=f"gives a different 'world.{field}'"):
         make_env("babyai", level="OneRoomS8").restore({**body, "checksum": _checksum(body)})
 
 

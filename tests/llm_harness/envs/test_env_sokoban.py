@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 
@@ -140,3 +141,73 @@ def test_two_box_rooms_are_certified_too():
     for seed in range(20):
         room, plan = generate_room(seed, 7, 2, 30)
         assert len(room.boxes) == 2 and _play_moves(room, plan).solved
+
+
+def _resealed(payload: dict) -> dict:
+    """A snapshot with a valid checksum over edited content (a forged one)."""
+    from llm_harness.envs.base import _checksum
+
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    return {**body, "checksum": _checksum(body)}
+
+
+def _mid_episode(seed: int = 3, turns: int = 2) -> SokobanEnv:
+    env = SokobanEnv()
+    env.reset(seed)
+    for word in env.expert_actions(seed)[:turns]:
+        env.step(word)
+    return env
+
+
+def test_restore_refuses_a_player_the_history_does_not_put_there():
+    """A grid whose player is moved to another free cell (walls, targets, boxes and flags unchanged, the
+    checksum resealed) is refused: re-playing the history from the seed puts the player elsewhere."""
+    env = _mid_episode()
+    room = env.room
+    free = next(p for p in itertools.product(range(room.size), repeat=2)
+                if p not in room.walls and p not in room.boxes and p not in room.targets and p != room.player)
+    forged = _resealed({**env.snapshot(), "world": {"grid": render_room(Room(room.size, room.walls, room.targets, room.boxes, free))}})
+    with pytest.raises(ValueError, match=re.escape(f"snapshot.world.player: the grid has player {free}, but re-playing the "
+                                                   f"snapshot's 2 actions from seed 3 gives {room.player}; refusing to restore")):
+        SokobanEnv().restore(forged)
+
+
+def test_restore_refuses_boxes_the_history_does_not_put_there():
+    env = _mid_episode()
+    room = env.room
+    free = next(p for p in itertools.product(range(room.size), repeat=2)
+                if p not in room.walls and p not in room.boxes and p not in room.targets and p != room.player)
+    forged = _resealed({**env.snapshot(), "world": {"grid": render_room(Room(room.size, room.walls, room.targets, (free,), room.player))}})
+    with pytest.raises(ValueError, match=r"snapshot.world.boxes: the grid has boxes \(\(.*re-playing the snapshot's 2 actions"):
+        SokobanEnv().restore(forged)
+
+
+def test_restore_refuses_a_history_that_does_not_lead_to_the_grid_or_ends_early():
+    env = _mid_episode()
+    snap = env.snapshot()
+    with pytest.raises(ValueError, match="snapshot.world.player"):  # same length, other moves
+        SokobanEnv().restore(_resealed({**snap, "history": [None, None]}))
+    solved = _mid_episode(turns=len(SokobanEnv().expert_actions(3)))
+    assert solved.success
+    late = solved.snapshot()
+    n = len(late["history"])
+    with pytest.raises(ValueError, match=rf"snapshot.history: the room is solved after {n} of the {n + 1} actions; "
+                                         rf"the episode ends there \(seed 3\)"):
+        SokobanEnv().restore(_resealed({**late, "history": late["history"] + [None]}))  # a turn played after the end
+
+
+def test_an_intact_snapshot_restores_bit_identically_at_every_turn():
+    """Invalid turns and wall bumps in the history, every turn of a solved episode: restore gives the same
+    snapshot, observation and future."""
+    seed = 5
+    plan = ["jump", *SokobanEnv().expert_actions(seed)]
+    env = SokobanEnv()
+    env.reset(seed)
+    for k, word in enumerate(plan):
+        snap = env.snapshot()
+        other = SokobanEnv()
+        assert other.restore(snap) == env.render() and other.snapshot() == snap
+        if not env.done:
+            assert other.step(word) == env.step(word)
+    assert env.success
+    assert SokobanEnv().restore(env.snapshot()) == env.render()

@@ -169,3 +169,43 @@ def test_a_reply_with_a_newline_is_shown_on_one_line():
     assert shown_reply("up\nA:down\x07 ") == "up A:down"
     prompt = render_agent_prompt("go", [Turn("#P#", shown_reply("le\nft"))], "#_#", window=1)
     assert prompt.splitlines() == ["go", "O:#P#", "A:le ft", "O:#_#", "A:"]
+
+
+@pytest.mark.parametrize("name,params", [("sokoban", {}), ("babyai", {"level": "OneRoomS8"})])
+def test_verify_episode_snapshots_checks_the_states_of_an_episode_in_one_pass(name, params, monkeypatch):
+    """The states of one episode (an invalid turn among them) pass without a single restore; out of order
+    they pass by restore; a damaged, ended or other-seed snapshot is refused naming its index and why."""
+    from llm_harness.envs.base import _checksum
+    from llm_harness.envs.episodes import verify_episode_snapshots
+
+    if name == "babyai":
+        pytest.importorskip("minigrid")
+    env = make_env(name, **params)
+    seed = 4
+    env.reset(seed)
+    snaps = []
+    for word in ["jump", *env.expert_actions(seed)]:
+        snaps.append(env.snapshot())
+        env.step(word)
+    assert env.done
+    scratch = make_env(name, **params)
+    restores = []
+    monkeypatch.setattr(scratch, "restore", lambda s, real=scratch.restore: restores.append(1) or real(s))
+    verify_episode_snapshots(scratch, seed, snaps)
+    assert restores == []  # one pass: reset once, one step per action
+    verify_episode_snapshots(scratch, seed, snaps[::-1])
+    assert len(restores) == len(snaps) - 1  # the first of the reversed list is reached by playing on
+    damaged = [dict(s) for s in snaps]
+    damaged[2]["checksum"] = "0" * 64
+    with pytest.raises(ValueError, match=r"^buffer\[2\]: snapshot: checksum mismatch"):
+        verify_episode_snapshots(scratch, seed, damaged, "buffer")
+    with pytest.raises(ValueError, match=rf"^snapshots\[{len(snaps)}\]: the episode of seed {seed} has ended in this snapshot"):
+        verify_episode_snapshots(scratch, seed, [*snaps, env.snapshot()])
+    with pytest.raises(ValueError, match=rf"^snapshots\[0\]: start.snapshot: taken in the episode of seed {seed}, not of "
+                                         rf"start.seed {seed + 1}"):
+        verify_episode_snapshots(scratch, seed + 1, snaps)
+    body = {k: v for k, v in snaps[2].items() if k != "checksum"}
+    body["history"] = [None, None]  # resealed: the world after the expert's first move, a history without it
+    field = "world.player" if name == "sokoban" else "'world.step_count'"  # invalid turns do not count in minigrid
+    with pytest.raises(ValueError, match=rf"^snapshots\[1\]: snapshot.*{field}"):
+        verify_episode_snapshots(scratch, seed, [snaps[0], {**body, "checksum": _checksum(body)}])

@@ -279,3 +279,117 @@ def test_agent_metrics_count_new_actions_and_success_mixing_by_origin(played):
     c = v.claim(Step(index=1), 4, tr.ctx).metrics
     assert c["vsr_replayed_alpha_p10"] <= c["vsr_replayed_alpha_p50"] <= c["vsr_replayed_alpha_p90"] < 1.0
     assert agent_group_metrics([], []) == {}
+
+
+# ----------------------------------------------------------------------------- damaged snapshots in a checkpoint
+
+
+def _tampered_player(snap: dict) -> dict:
+    """``snap`` with the player moved to another free cell of the grid and the checksum resealed (a forgery
+    that passes the checksum: only the check against seed and history catches it)."""
+    import itertools
+
+    from llm_harness.envs.base import _checksum
+    from llm_harness.envs.sokoban import Room, parse_room, render_room
+
+    room = parse_room(snap["world"]["grid"])
+    free = next(p for p in itertools.product(range(room.size), repeat=2)
+                if p not in room.walls and p not in room.boxes and p not in room.targets and p != room.player)
+    body = {k: v for k, v in snap.items() if k != "checksum"}
+    body["world"] = {"grid": render_room(Room(room.size, room.walls, room.targets, room.boxes, free))}
+    return {**body, "checksum": _checksum(body)}
+
+
+def test_a_damaged_buffered_snapshot_is_refused_when_the_buffer_loads(played):
+    """Loading a buffer whose interaction state holds a damaged snapshot raises the checkpoint module's
+    CorruptCheckpointError naming the entry, the state and why -- at load, not when the state is drawn --
+    and leaves the buffer as it was; the intact state loads and restores bit-identically."""
+    import copy
+
+    from llm_harness.trainer.checkpoint import CorruptCheckpointError, check_plain
+
+    tr, groups = played
+    v = _filled(tr, groups[0])
+    saved = v.state_dict()
+    check_plain(saved, "vsr")
+    key = saved["buffer"][0]["key"]
+    intact = VSRPlugin(VSRConfig(), tr.ctx)
+    intact.load_state_dict(copy.deepcopy(saved))
+    env = tr.task.make_env()
+    for s, t in zip(intact.buffer[key].states, v.buffer[key].states):
+        env.restore(s["snapshot"])
+        assert env.snapshot() == t["snapshot"]
+
+    cases = {
+        "edited": (lambda s: {**s, "world": {"grid": s["world"]["grid"].replace("_", "#", 1)}},
+                   r"snapshot: checksum mismatch -- the snapshot is corrupted or was edited"),
+        "resealed": (_tampered_player, r"snapshot.world.player: the grid has player \(\d, \d\), but re-playing"),
+    }
+    for name, (damage, why) in cases.items():
+        bad = copy.deepcopy(saved)
+        bad["buffer"][0]["states"][1]["snapshot"] = damage(bad["buffer"][0]["states"][1]["snapshot"])
+        before = {k: id(t) for k, t in intact.buffer.items()}
+        with pytest.raises(CorruptCheckpointError, match=rf"checkpoint: a damaged replay-buffer state: vsr.buffer\[0\] "
+                                                         rf"\(problem '{key}'\).states\[1\]: {why}"):
+            intact.load_state_dict(bad)
+        assert {k: id(t) for k, t in intact.buffer.items()} == before, name  # the buffer is left as it was
+
+    bad = copy.deepcopy(saved)
+    bad["buffer"][0]["positions"] = np.asarray(bad["buffer"][0]["positions"]) + 100  # states it does not hold
+    with pytest.raises(CorruptCheckpointError, match=r"vsr.buffer\[0\] \(problem .*\).positions: index states 0\.\."):
+        intact.load_state_dict(bad)
+
+
+def test_a_checkpoint_with_a_damaged_buffered_snapshot_is_refused_at_resume(tmp_path):
+    """A run whose newest checkpoint (step 2) was written with a damaged snapshot in VSR's buffer: the
+    checkpoint's files are intact (their checksums were taken over the damaged state), so the file-level
+    checks pass; loading the plug-in state refuses it with CorruptCheckpointError before any step runs.
+
+    The trainer (llm_harness/trainer/loop.py ``Trainer.resume``) loads plug-in states after
+    ``find_resumable`` has chosen the checkpoint, so today this stops the resume with the error naming
+    the state instead of falling back to step 1; a trainer that loads plug-in states inside its fallback
+    would resume from step 1 here."""
+    import copy
+
+    from llm_harness.trainer.checkpoint import CorruptCheckpointError, find_resumable
+
+    def make(d, **run_kw):
+        return _trainer(d, window=1, steps=2, plugins={"vsr": {"rho": 0.5, "window": 5, "cold_start": True,
+                                                               "cold_start_problems": 2}},
+                        run=RunConfig(run_dir=str(d), checkpoint_every=1, progress=False, **run_kw))
+
+    tr = make(tmp_path)
+    vsr = tr.plugins[0]
+    clean = vsr.state_dict
+
+    def damaged_at_step_2():
+        out = clean()
+        if tr.step == 2:
+            out = copy.deepcopy(out)
+            snap = out["buffer"][0]["states"][1]["snapshot"]
+            snap["world"]["grid"] = snap["world"]["grid"].replace("_", "#", 1)
+        return out
+
+    vsr.state_dict = damaged_at_step_2
+    tr.fit()
+    tr.close()
+    path, _, skipped = find_resumable(tmp_path / "checkpoints")
+    assert path.name == "step_000002" and not skipped  # the files are intact
+
+    resumed = make(tmp_path, resume=True)
+    try:
+        with pytest.raises(CorruptCheckpointError, match=r"checkpoint: a damaged replay-buffer state: vsr.buffer\[0\] "
+                                                         r"\(problem '.*'\).states\[1\]: snapshot: checksum mismatch -- the "
+                                                         r"snapshot is corrupted or was edited; refusing to restore$"):
+            resumed.resume()
+    finally:
+        resumed.close()
+    ok = make(tmp_path, resume=True)  # the intact step-1 checkpoint loads (what a fallback would resume from)
+    try:
+        from llm_harness.trainer.checkpoint import load_checkpoint
+
+        ck = load_checkpoint(tmp_path / "checkpoints" / "step_000001")
+        ok.plugins[0].load_state_dict(ck["plugins"][1])
+        assert ok.plugins[0].buffer
+    finally:
+        ok.close()
