@@ -358,13 +358,17 @@ def remove_stale_temporaries(ckpt_root: str | os.PathLike) -> list[Path]:
     return stale
 
 
-def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = None) -> tuple[Path, dict[str, Any], list[str]]:
+def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = None,
+                   validate: Any = None) -> tuple[Path, dict[str, Any], list[str]]:
     """The newest intact checkpoint under ``ckpt_root``: ``(path, load_checkpoint(path), skipped)``.
 
     Tries the folder ``latest`` names, then every other ``step_*`` folder newest first; a damaged one
     (:class:`CorruptCheckpointError`) is skipped and described in ``skipped``. Other refusals (format 1,
     a different fingerprint) raise at once: falling back would silently resume something else.
     ValueError when nothing intact is left (naming every damaged folder) or there is no checkpoint.
+    ``validate(path, checkpoint)``, when given, is part of "intact": it may load the checkpoint's states
+    and raise :class:`CorruptCheckpointError` for damage the files' checksums cannot see (a buffered
+    environment snapshot saved damaged), and the next older checkpoint is tried.
     """
     root = Path(ckpt_root)
     skipped: list[str] = []
@@ -380,9 +384,12 @@ def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = No
         order += [p for p in steps if p not in order]
     for path in order:
         try:
-            return path, load_checkpoint(path, fingerprint=fingerprint), skipped
+            ck = load_checkpoint(path, fingerprint=fingerprint)
+            if validate is not None:
+                validate(path, ck)
+            return path, ck, skipped
         except CorruptCheckpointError as exc:
-            skipped.append(str(exc))
+            skipped.append(f"{path.name}: {exc}" if validate is not None and path.name not in str(exc) else str(exc))
     if skipped:
         raise CorruptCheckpointError("checkpoint: no intact checkpoint left in " + f"{root}: " + "; ".join(skipped))
     raise ValueError(f"run.resume: no checkpoint in {root}")

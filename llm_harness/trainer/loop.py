@@ -240,9 +240,19 @@ class Trainer:
         """Load the newest intact checkpoint (a damaged newer one is skipped with a warning naming it;
         ValueError if none is left or it is refused); stale temporary folders are removed; returns its step."""
         remove_stale_temporaries(self.ckpt_dir)
-        path, ck, skipped = find_resumable(self.ckpt_dir, fingerprint=self.fingerprint)
+        # loading the states is part of choosing the checkpoint: a plug-in state that is damaged inside
+        # files whose checksums hold (CorruptCheckpointError) falls back to the next older checkpoint
+        path, ck, skipped = find_resumable(self.ckpt_dir, fingerprint=self.fingerprint, validate=self._load_states)
         for why in skipped:
             warnings.warn(f"resume: skipped a damaged checkpoint ({why}); resuming from {path.name}", stacklevel=2)
+        restore_rng(ck["rng"])
+        self.step = int(ck["meta"]["step"])
+        self.sync_weights()
+        return self.step
+
+    def _load_states(self, path: Path, ck: dict[str, Any]) -> None:
+        """Load checkpoint ``ck`` (folder ``path``) into the model, optimizer, scheduler, prompt source and
+        plug-ins (:meth:`resume`'s ``validate``); ValueError when it does not fit this run."""
         if len(ck["plugins"]) != 1 + len(self.plugins):
             raise ValueError(f"checkpoint: {path} holds {len(ck['plugins']) - 1} plug-in states, this run has {len(self.plugins)}")
         try:
@@ -254,10 +264,6 @@ class Trainer:
         self.fresh.load_state_dict(ck["plugins"][0])
         for p, s in zip(self.plugins, ck["plugins"][1:]):
             p.load_state_dict(s)
-        restore_rng(ck["rng"])
-        self.step = int(ck["meta"]["step"])
-        self.sync_weights()
-        return self.step
 
     # ------------------------------------------------------------------ pieces of a step
 
