@@ -27,8 +27,8 @@ instead of the flash kernel), so logits agree with the HF step to ~1e-6 relative
 that sampled tokens agree on fixed seeds and that a training run's metrics agree to 1e-5
 (``tests/llm_harness/backends/test_static_decode.py``).
 
-Supported: ``model_type`` ``qwen2`` (the test-bed models) with default RoPE, no sliding window,
-no logit soft-capping, sdpa or eager attention; :func:`supports` says why not otherwise and the
+Supported: ``model_type`` ``qwen2`` (the test-bed models) and ``llama`` (SmolLM2: the same layer without
+q/k/v biases; no MLP biases) with default RoPE, no sliding window, no logit soft-capping, sdpa or eager attention; :func:`supports` says why not otherwise and the
 backend falls back to the HF step.
 """
 
@@ -39,15 +39,24 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["StaticQwen2Decoder", "fused_projections", "qwen2_rms_norm", "rotate_half", "supports"]
+__all__ = ["SUPPORTED_TYPES", "StaticQwen2Decoder", "fused_projections", "qwen2_rms_norm", "rotate_half", "supports"]
+
+
+#: decoder families whose layer is the Qwen2 layer up to optional biases: Llama (SmolLM2, ...) is Qwen2 without the
+#: q/k/v biases (``attention_bias`` adds q/k/v/o biases, handled; ``mlp_bias`` is refused)
+SUPPORTED_TYPES = ("qwen2", "llama")
 
 
 def supports(model: Any, *, attention: bool = True) -> str | None:
     """None if :class:`StaticQwen2Decoder` can run ``model``, else the reason it cannot (``attention=False``: do not
     check the model's attention implementation, for code that computes attention itself from the weights)."""
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) != "qwen2":
-        return f"model_type {getattr(cfg, 'model_type', None)!r} is not qwen2"
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
+        return f"model_type {getattr(cfg, 'model_type', None)!r} is not one of {SUPPORTED_TYPES}"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    if int(getattr(cfg, "pretraining_tp", 1) or 1) != 1:
+        return f"pretraining_tp {cfg.pretraining_tp}"
     rope = getattr(cfg, "rope_parameters", None) or {}
     if rope.get("rope_type", "default") != "default":
         return f"rope_type {rope.get('rope_type')!r} is not 'default'"

@@ -39,6 +39,22 @@ def tiny_qwen2(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128,
     return model
 
 
+def tiny_llama(vocab_size: int = 50, *, seed: int = 0, max_positions: int = 128, eos_token_id: int | None = None,
+               hidden_size: int = 32, num_heads: int = 4, num_kv_heads: int = 2, tie: bool = True):
+    """A random Llama causal LM (SmolLM2's architecture: no biases, tied embeddings by default)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=num_heads,
+                      num_key_value_heads=num_kv_heads, intermediate_size=64, max_position_embeddings=max_positions,
+                      rope_theta=100000.0, eos_token_id=eos_token_id, pad_token_id=None, bos_token_id=None,
+                      tie_word_embeddings=tie)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharpen the (tied) output layer so distributions vary
+        model.get_output_embeddings().weight.mul_(5.0)
+    return model
+
+
 #: shape keywords giving the tiny models a head size of 32 (vLLM's smallest)
 VLLM_SHAPE = {"num_heads": 1, "num_kv_heads": 1}
 

@@ -103,3 +103,24 @@ def test_vsr_eval_takes_the_folder_as_model_path(folder, tmp_path):
     result = json.loads((out / "eval.json").read_text())
     assert (result["n_problems"], result["k"]) == (2, 2) and 0.0 <= result["avg_at_k"] <= 1.0
     assert (out / "eval.md").read_text().startswith("# Evaluation (2 problems x 2 samples)")
+
+
+def test_static_decode_samples_what_the_hf_step_samples(backend):
+    """SmolLM2 is a Llama: the static-KV decode step (``backends.static_decode``) runs it and draws the same tokens."""
+    from llm_harness.backends import HFBackend, HFBackendConfig, SamplingParams
+    from llm_harness.backends.static_decode import supports
+    from llm_harness.tasks import get_task
+    from llm_harness.trainer.modeling import Codec
+
+    assert supports(backend.model) is None
+    tok = backend.tokenizer
+    task = get_task("arith_ladder")
+    prompts = [list(Codec(tok).encode(task.render_prompt(p, tok))) for p in task.problems("test")[:3]]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=16, seed=3)
+    cfg = dict(pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    a = HFBackend(backend.model, tok, config=HFBackendConfig(**cfg)).generate(prompts, 2, sp)
+    b = HFBackend(backend.model, tok, config=HFBackendConfig(static_decode=True, **cfg)).generate(prompts, 2, sp)
+    for ra, rb in zip(a, b):
+        for sa, sb in zip(ra, rb):
+            assert sa.token_ids == sb.token_ids
+            assert max(abs(x - y) for x, y in zip(sa.sampling_logprobs, sb.sampling_logprobs)) < 1e-4

@@ -18,15 +18,16 @@ from llm_harness.trainer.packed_forward import packed_hidden, right_padded, supp
 MID = Path(__file__).resolve().parents[3] / "llm_harness" / "testbed" / "checkpoints" / "mid"
 
 
-def _model(seed: int, **cfg):
-    """A random Qwen2 whose biases and norm weights are not HF's init (zeros, ones), so mistakes in them show."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def _model(seed: int, llama: bool = False, **cfg):
+    """A random Qwen2 (or Llama: SmolLM2's family) whose biases and norm weights are not HF's init (zeros, ones),
+    so mistakes in them show."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     kw = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
     kw.update(cfg)
-    model = Qwen2ForCausalLM(Qwen2Config(**kw))
+    model = LlamaForCausalLM(LlamaConfig(**kw)) if llama else Qwen2ForCausalLM(Qwen2Config(**kw))
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.endswith("bias") or "norm" in n:
@@ -56,6 +57,8 @@ def _grads(model):
     (3, "matmul", {"num_key_value_heads": 1, "head_dim": 16}),  # one kv head; head_dim != hidden / heads
     (4, "sdpa", {"num_key_value_heads": 1, "head_dim": 16}),
     (5, "matmul", {"num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": True}),
+    (6, "matmul", {"llama": True, "tie_word_embeddings": True, "rope_theta": 100000.0}),  # SmolLM2's family
+    (7, "sdpa", {"llama": True, "attention_bias": True}),  # q/k/v/o biases
 ])
 def test_hidden_states_and_gradients_equal_the_hf_forward(seed, attention, cfg):
     model = _model(seed, **cfg).train()
