@@ -1,4 +1,4 @@
-"""The time-augmented state space ``(t, s)`` and its marginals over cells (SPEC §0, §2).
+"""The time-augmented state space ``(t, s)`` and its marginals over cells (VSR §2.1, eq. (2); §2.3).
 
 With a finite horizon the Markov state is ``(s, t)``; the VSR quantities are distributions /
 fields on it, stored as ``x[t, s]`` (``t < H``).  Flattened index: ``i = t * S + s``.

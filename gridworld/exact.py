@@ -6,7 +6,7 @@ into a :class:`PolicyKernel` (``P_π`` per stage, plus ``P_π^T``); one forward 
 stage occupancies ``d[t, s]``, one backward sweep the continuation success ``p[t, s]``, both
 from the same kernel.  :func:`solve` bundles everything in an :class:`ExactSolution`.
 
-Formulas (SPEC §0, §1.1, §2; VSR eq. (2), (9), §2.3; App. C.1):
+Formulas (VSR §2.1–2.3, eq. (2), (9); App. B.1, C.1, D.1):
 
 * ``d[t+1, s'] = Σ_s d[t, s] P_π_t(s' | s)`` on non-terminal ``s'``; inflow to terminals ends
   the episode (``absorbed``), ``Σ_s d[t, s] + absorbed[t] = 1``;
@@ -219,7 +219,7 @@ def _check_init(mdp: TabularMDP, init) -> np.ndarray:
 
 
 def stage_occupancy(mdp: TabularMDP, pi, *, init=None, solver: str = "numba_parallel"):
-    """Stage occupancies ``d[t, s] = Pr(s_t = s, not ended)`` for ``t = 0..H`` (SPEC §0; VSR eq. (2)).
+    """Stage occupancies ``d[t, s] = Pr(s_t = s, not ended)`` for ``t = 0..H`` (VSR §2.1, eq. (2)).
 
     ``pi`` is a policy table (see :func:`contract`) or a :class:`PolicyKernel`.  ``init``
     overrides ``mdp.init``.  Returns ``(d[H+1, S], absorbed[H+1], reached[H+1])`` with
@@ -231,7 +231,7 @@ def stage_occupancy(mdp: TabularMDP, pi, *, init=None, solver: str = "numba_para
 
 
 def continuation_success(mdp: TabularMDP, pi, *, solver: str = "numba_parallel") -> np.ndarray:
-    """Continuation success ``p[t, s]`` with ``H - t`` decisions left, ``t = 0..H`` (SPEC §2; VSR D.1)."""
+    """Continuation success ``p[t, s]`` with ``H - t`` decisions left, ``t = 0..H`` (VSR §2.3, App. D.1)."""
     kern = _as_kernel(mdp, pi, solver)
     ti, tr = _terminal_args(mdp)
     return _solver(solver).backward(kern, ti, tr, mdp.horizon)
@@ -352,7 +352,7 @@ class ExactSolution:
 
 
 def solve(mdp: TabularMDP, pi, *, eps: float = 0.1, solver: str = "numba_parallel") -> ExactSolution:
-    """Contract once, then ``d``, ``p``, ``σ``, ``μ_var``, ``μ_ε`` of ``pi`` on ``mdp`` (SPEC §2)."""
+    """Contract once, then ``d``, ``p``, ``σ``, ``μ_var``, ``μ_ε`` of ``pi`` on ``mdp`` (VSR §2.3, App. D.1)."""
     eps = check_probability(eps, "eps")
     kern = _as_kernel(mdp, pi, solver)
     d, absorbed, reached = stage_occupancy(mdp, kern, solver=solver)

@@ -6,7 +6,7 @@ its transpose do not depend on the policy, so they are built once per MDP by
 :func:`build_state_graph` and cached by :func:`state_graph` (through
 :meth:`TabularMDP.derived <gridworld.mdp.TabularMDP.derived>`, a cache the MDP keeps for
 structures that depend on its transitions only; :mod:`gridworld.mdp` itself imports nothing
-from here).  Formulas: SPEC §2; VSR App. C.1 (policy contraction).
+from here).  Formulas: VSR §2.3; App. C.1 (policy contraction).
 
 Implementations of the builder (serial Numba, NumPy reference) are entries of
 :data:`GRAPH_BUILDERS`.
@@ -70,7 +70,7 @@ def build_state_graph(mdp: TabularMDP, *, impl: str = "numba_serial") -> StateGr
     """Build the :class:`StateGraph` of ``mdp`` (uncached; ``impl`` names a :data:`GRAPH_BUILDERS` entry).
 
     ``mdp`` holds ``S`` states, ``A`` actions and pair-CSR transitions; the result has ``S + 1``
-    row pointers and ``nnz`` (union over actions) entries for ``P_π`` and for ``P_π^T`` (SPEC §2).
+    row pointers and ``nnz`` (union over actions) entries for ``P_π`` and for ``P_π^T`` (module doc).
     """
     structure, transpose = GRAPH_BUILDERS.lookup(impl, where="impl")
     c_indptr, c_indices, pos = structure(mdp.indptr, mdp.indices, mdp.n_states, mdp.n_actions)
@@ -82,7 +82,7 @@ def build_state_graph(mdp: TabularMDP, *, impl: str = "numba_serial") -> StateGr
 
 
 def state_graph(mdp: TabularMDP) -> StateGraph:
-    """The :class:`StateGraph` of ``mdp``, built on first use and cached on the MDP (SPEC §2).
+    """The :class:`StateGraph` of ``mdp``, built on first use and cached on the MDP (module doc).
 
     Copies made by ``mdp.replace(...)`` that keep the transitions share the cached graph, so a
     :class:`~gridworld.exact.PolicyKernel` contracted on one works on the other.

@@ -1,4 +1,4 @@
-"""Gridworlds from ASCII layouts (SPEC §2; VSR §2.3, Appendix D.1).
+"""Gridworlds from ASCII layouts (VSR §2.3, Appendix D.1).
 
 Layout symbols: ``#`` wall, ``.`` free, ``S`` start (exactly one), ``G`` goal (at least one;
 terminal, reward 1), ``X`` trap (optional; terminal, reward 0).  Leading/trailing blank lines

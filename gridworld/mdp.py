@@ -1,7 +1,7 @@
 """Tabular finite-horizon MDP with a binary terminal reward, stored as sparse state-action rows.
 
-Model (SPEC §2; VSR §2.3 and Appendix C.1)
--------------------------------------------
+Model (VSR §2.3 and Appendix C.1)
+---------------------------------
 * ``S`` states, ``A`` actions, horizon ``H`` (number of decisions per episode).
 * Transitions are stored in *state-action-pair CSR* form: the pair ``(s, a)`` is row
   ``r = s * A + a``; its successors are ``indices[indptr[r]:indptr[r+1]]`` with probabilities

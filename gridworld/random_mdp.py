@@ -1,4 +1,4 @@
-"""Random goal-reaching MDPs (SPEC §1.2, §2: "random MDPs given S, A, branching K, seed").
+"""Random goal-reaching MDPs given S, A, branching K and a seed (test MDPs for VSR App. B–C and SVMD).
 
 Construction of :func:`random_mdp`:
 

@@ -18,7 +18,7 @@ The finite problem of :mod:`theory.vsr_variance` is built from exact solver outp
 * states are the time-augmented decision states ``(t, s)``, ``t < H``, with ``d > 0``;
   ``d^π(t, s) = d[t, s] / Σ d[:H]`` (VSR eq. 2 for a finite horizon);
 * the "reward" of ``(t, s, a)`` is the binary return-to-go, ``Bernoulli(Q[t, s, a])``, so
-  ``r_bar = p[t, s]`` and ``σ = sqrt(p (1 - p))`` exactly as in SPEC §0;
+  ``r_bar = p[t, s]`` and ``σ = sqrt(p (1 - p))`` exactly as in VSR §2.2 (eq. (9));
 * score vectors ``g(t, s, a) = ∇_θ log π(a | s)`` are the exact per-sample gradients of the
   policy (a stationary policy: the same for every ``t``; a stage-dependent tabular policy
   ``pi[t, s, a]`` has its own logits per stage).
@@ -83,7 +83,7 @@ def tabular_softmax_gradient(d, pi, m1, param) -> np.ndarray:
     ``m1[n, A] = E[r | i, a]``, ``param[n]`` (int, the logit row of state ``i``; several states
     may share one, e.g. every stage of a stationary policy).  With ``g(i, a) = e_{param[i]} ⊗
     (e_a - π_i)``: ``grad[k] = Σ_{i: param[i] = k} d_i π_i ⊙ (m1_i - Σ_b π_i(b) m1_i(b))``;
-    rows ``0 .. max(param)`` are returned (SPEC §0 score function; VSR Lemma B.1's ``∇J``).
+    rows ``0 .. max(param)`` are returned (VSR §2.2 score function ``g``; Lemma B.1's ``∇J``).
     """
     d = as_array(d, "d", ndim=1)
     pi = as_array(pi, "pi", shape=(d.shape[0], None))

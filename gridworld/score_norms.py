@@ -1,4 +1,4 @@
-"""Exact squared score norms ``H(s, a) = ||∇_θ log π(a|s)||²`` (SPEC §0; VSR eq. (5), Lemma B.1).
+"""Exact squared score norms ``H(s, a) = ||∇_θ log π(a|s)||²`` (VSR §2.2, eq. (5); Lemma B.1).
 
 Three routes that must agree (tests run all of them):
 

@@ -1,4 +1,4 @@
-"""SVMD run as an algorithm and measured against its Theorem C.5 bound (VSR Appendix C, SPEC §1.2).
+"""SVMD run as an algorithm and measured against its Theorem C.5 bound (VSR Appendix C).
 
 ``vsr gridworld svmd --out DIR`` runs State-Visitation Policy Mirror Descent (VSR Algorithm 2,
 stagewise) on a random dense MDP and on a small gridworld, with
@@ -107,7 +107,7 @@ def optimal_policy(P, r) -> np.ndarray:
 
 
 def vsr_proposal(d_h, Q_h, pi_h, eps: float) -> np.ndarray:
-    """``mu_h = (1 - eps) mu_var_h + eps d_h`` with ``mu_var_h ∝ d_h sigma_h`` (SPEC §1.2).
+    """``mu_h = (1 - eps) mu_var_h + eps d_h`` with ``mu_var_h ∝ d_h sigma_h`` (VSR App. C.2, Algorithm 2 line 4).
 
     ``d_h[s]``, ``Q_h[s, a]``, ``pi_h[s, a]``; ``sigma_h(s) = std_{a ~ pi_h}(Q_h(s, a))``. Falls back to
     ``d_h`` when ``sum d sigma = 0``.

@@ -1,4 +1,4 @@
-"""Monte-Carlo prefix-value studies of VSR and ExTra (SPEC §4), on any generation backend.
+"""Monte-Carlo prefix-value studies of VSR and ExTra, on any generation backend.
 
 Five studies (registry :data:`prefixvalue.registry.STUDIES`): ``hint-ratio`` (VSR Fig. 7),
 ``failed-prefix`` and ``sigma-validation`` (VSR App. D.5), ``mte-correlation`` (ExTra §5.6,

@@ -1,5 +1,5 @@
 """Shared analysis helpers: correlations with CIs as dicts, mean-success intervals, markdown
-tables, figure saving (SPEC §1.5 metrics come from ``theory.metrics``; nothing re-implemented)."""
+tables, figure saving (the shared metrics come from ``theory.metrics``; nothing re-implemented)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     from prefixvalue.registry import get_study, study_names
 
     parser = argparse.ArgumentParser(prog="python -m prefixvalue",
-                                     description="Monte-Carlo prefix-value studies (SPEC section 4).")
+                                     description="Monte-Carlo prefix-value studies of VSR and ExTra.")
     sub = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
     for name in study_names():
         study = get_study(name)

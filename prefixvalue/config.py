@@ -30,7 +30,7 @@ NON_IDENTITY_FIELDS = frozenset({"out", "progress", "num_threads", "overwrite", 
 
 @dataclass(frozen=True)
 class StudyConfig:
-    """Fields shared by every prefix-value study (SPEC §4)."""
+    """Fields shared by every prefix-value study (:mod:`prefixvalue`)."""
 
     model: str = "mid"
     """Model: a shipped test-bed checkpoint name (``low``, ``mid``, ``high``), a local
@@ -58,7 +58,7 @@ class StudyConfig:
     max_difficulty: float = math.inf
     """Keep problems with ``difficulty <= max_difficulty``."""
     response_budget: int = 0
-    """Token budget of a whole response (prefix + continuation; SPEC §3.2); 0 = study default."""
+    """Token budget of a whole response (prefix + continuation, as the trainer counts it); 0 = study default."""
     seed: int = 0
     """Seed of every random choice and sampling stream of the study."""
     chunk_problems: int = 0

@@ -1,4 +1,4 @@
-"""Model, task and sampling plumbing shared by the studies (SPEC §4, §3.6).
+"""Model, task and sampling plumbing shared by the studies (:mod:`prefixvalue`; backends: :mod:`llm_harness.backends`).
 
 * :func:`build_context` loads the model through a generation backend (``hf`` or ``vllm``), its
   tokenizer and the task, and checks that the tokenizer can encode every character the task

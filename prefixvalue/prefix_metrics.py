@@ -1,4 +1,4 @@
-"""Prefix metrics of the MTE-correlation study (ExTra §5.6, App. C.2; SPEC §4 item 4).
+"""Prefix metrics of the MTE-correlation study (ExTra §5.6, App. C.2).
 
 (Named ``prefix_metrics`` to keep it apart from ``theory.metrics``, the evaluation metrics, and
 ``llm_harness.trainer.metrics``, the trainer's metric logs.)

@@ -1,4 +1,4 @@
-"""Pure prefix arithmetic shared by the studies (SPEC §4; VSR §3.2 / App. D.5; ExTra App. C.1).
+"""Pure prefix arithmetic shared by the studies (VSR §3.2 / App. D.5; ExTra App. C.1).
 
 * where to cut a trajectory: at a fraction ``alpha`` of its *tokens*
   (:func:`alpha_cut`, VSR Fig. 7 / D.5) or after a fraction of its *reasoning steps*

@@ -24,7 +24,7 @@ __all__ = ["STUDIES", "STUDY_MODULES", "Study", "get_study", "register_study", "
 
 @dataclass(frozen=True)
 class Study:
-    """One prefix-value study (SPEC §4)."""
+    """One prefix-value study (:mod:`prefixvalue`)."""
 
     name: str
     """CLI name (``vsr study <name>``)."""
@@ -72,7 +72,7 @@ def _load_all() -> None:
 
 
 def study_names() -> tuple[str, ...]:
-    """Registered study names: the built-in ones in SPEC §4 order, then any others as registered."""
+    """Registered study names: the built-in ones in :data:`STUDY_MODULES` order, then any others as registered."""
     _load_all()
     builtin = [m.rsplit(".", 1)[1].replace("_", "-") for m in STUDY_MODULES]
     return tuple(n for n in builtin if n in STUDIES) + tuple(n for n in STUDIES if n not in builtin)

@@ -1,5 +1,5 @@
 """Run a registered study end to end: resolve config -> collect (chunked, resumable) -> table
--> analysis -> summary files + figure (SPEC §4). No tyro needed (plain Python entry point)."""
+-> analysis -> summary files + figure (studies: :mod:`prefixvalue`). No tyro needed (plain Python entry point)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
-"""ExTra theory (SPEC section 1.3): GRPO degeneracy, post-normalisation novelty, mode coverage,
+"""ExTra theory (ExTra App. E): GRPO degeneracy, post-normalisation novelty, mode coverage,
 and regeneration efficiency.
 
 NumPy references; the trainer's torch implementations are tested against these.
 
-Note on the pre- vs post-normalisation contrast (ExTra App. D.1; SPEC says pre-normalisation
-"can reorder"): with binary rewards and a correctness-gated bonus in [0, 1], pre-normalisation
-is a monotone transform of ``R + gamma b`` and so cannot put an incorrect response above a
-correct one either. What it does change, and what :func:`pre_normalization_advantages` lets
-tests show, is the coupling the paper describes: a novelty offset shared by the group is
-removed by mean subtraction (an all-correct group of equally novel answers gets zero signal),
-novelty differences are rescaled to unit variance, and the correct-vs-incorrect advantage gap
-of the task reward shrinks. This is recorded as a spec/paper disagreement.
+Note on the pre- vs post-normalisation contrast (ExTra §4.1, App. D.1): with binary rewards and
+a correctness-gated bonus in [0, 1], pre-normalisation is a monotone transform of
+``R + gamma b`` and so cannot put an incorrect response above a correct one either: it does not
+reorder responses. What it does change, and what :func:`pre_normalization_advantages` lets
+tests show, is the coupling the paper describes (the task reward's contribution "shrunk or
+distorted"): a novelty offset shared by the group is removed by mean subtraction (an
+all-correct group of equally novel answers gets zero signal), novelty differences are rescaled
+to unit variance, and the correct-vs-incorrect advantage gap of the task reward shrinks.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from theory._validate import (
     check_simplex,
 )
 
-#: Default epsilon in the GRPO denominator (SPEC 3.1).
+#: Default epsilon in the GRPO denominator (Replay §3, Eq. 1; App. A, Table 7).
 GRPO_EPS = 1e-6
 
 
 def grpo_advantages(rewards, *, eps: float = GRPO_EPS, ddof: int = 0) -> np.ndarray:
-    """Group-relative advantages ``(r - mean) / (std + eps)``; zero-variance groups give 0 (SPEC 3.1).
+    """Group-relative advantages ``(r - mean) / (std + eps)``; zero-variance groups give 0 (Replay §3, Eq. 1).
 
     ``rewards[..., G]``: the last axis is the group. ``ddof = 0`` is the population std used by
     the Replay closed forms; ``ddof = 1`` is the sample std some trainers use.

@@ -3,10 +3,10 @@
 * VSR's interpolated continuation success ``p̂ = (1 − α) p0 + α R`` and its scores: the paper's
   ``σ̂ = p̂ (1 − p̂)`` — a Bernoulli *variance*, :func:`variance_hat` — and its square root
   ``sqrt(p̂ (1 − p̂))``, the standard deviation Neyman allocation uses, :func:`std_hat`
-  (VSR §3.2, Alg. 1; SPEC §3.2). The paper writes σ̂ for the variance; the names here say which
+  (VSR §3.2, Alg. 1). The paper writes σ̂ for the variance; the names here say which
   one a caller gets;
 * ExTra's embedding-smoothed entropy ``H̃[j] = Σ_k softmax_k(cos(e_j, e_k)/τ) H[k]``
-  (ExTra §4.3, App. B; SPEC §3.4).
+  (ExTra §4.3, App. B).
 
 NumPy float64, shapes checked on entry.
 """
@@ -42,12 +42,12 @@ def variance_hat(alpha, p0, reward) -> np.ndarray:
 
 def std_hat(alpha, p0, reward) -> np.ndarray:
     """``sqrt(p̂ (1 − p̂))``: the Bernoulli standard deviation, the σ Neyman allocation ``μ ∝ d σ``
-    uses (SPEC §3.2; VSR ``score: sqrt``)."""
+    uses (VSR §2.2, eq. (9); the VSR plug-in's ``score: sqrt``)."""
     return np.sqrt(variance_hat(alpha, p0, reward))
 
 
 def smoothing_weights(embeddings, tau: float) -> np.ndarray:
-    """``W[j, k] = softmax_k(cos(e_j, e_k) / τ)`` over the rows of ``embeddings[n, d]`` (SPEC §3.4).
+    """``W[j, k] = softmax_k(cos(e_j, e_k) / τ)`` over the rows of ``embeddings[n, d]`` (ExTra §4.3).
 
     Rows with zero norm have cosine 0 with everything; each row of ``W`` sums to 1 (float64, the
     row maximum subtracted before exponentiation)."""

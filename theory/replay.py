@@ -1,4 +1,4 @@
-"""Replay Appendix E (SPEC section 1.4): closed forms of |A| and sigma_g for binary +/-1 rewards."""
+"""Replay Appendix E: closed forms of |A| and sigma_g for binary +/-1 rewards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SVMD (State-Visitation Policy Mirror Descent) theory: VSR Appendix C, SPEC section 1.2.
+"""SVMD (State-Visitation Policy Mirror Descent) theory: VSR Appendix C.
 
 Dense NumPy reference over an explicit finite-horizon MDP, used to check the lemmas exactly:
 

@@ -1,6 +1,6 @@
 """Variance of the importance-weighted policy gradient and its optimal state proposal.
 
-VSR Appendix B (SPEC section 1.1), over an explicit finite problem:
+VSR Appendix B, over an explicit finite problem:
 
 * ``d[s]``         state-visitation distribution d^pi (a probability vector),
 * ``pi[s, a]``     the policy pi(a|s) (rows on the simplex),
@@ -118,7 +118,7 @@ def _moments(pi: np.ndarray, m1, m2) -> tuple[np.ndarray, np.ndarray]:
 
 
 def score_norms(g) -> np.ndarray:
-    """``H[s, a] = ||g(s, a)||^2`` (SPEC section 0)."""
+    """``H[s, a] = ||g(s, a)||^2`` (VSR §2.2, before eq. (5))."""
     g = as_array(g, "g", ndim=3)
     return np.einsum("sap,sap->sa", g, g)
 
@@ -145,7 +145,7 @@ def state_reward_mean(pi, m1) -> np.ndarray:
 
 
 def state_reward_std(pi, m1, m2) -> np.ndarray:
-    """``sigma_pi(s) = sqrt(Var(r | s))`` over a ~ pi and reward noise (SPEC section 0)."""
+    """``sigma_pi(s) = sqrt(Var(r | s))`` over a ~ pi and reward noise (VSR §2.2, after eq. (9))."""
     pi = _policy(pi)
     m1, m2 = _moments(pi, m1, m2)
     rbar = state_reward_mean(pi, m1)
@@ -269,7 +269,7 @@ def variance_proposal(d, sigma) -> np.ndarray:
 
 
 def smoothed_proposal(mu, d, eps: float) -> np.ndarray:
-    """``mu_eps = (1 - eps) mu + eps d`` (SPEC 1.1; Appendix C step 1); full support for eps > 0."""
+    """``mu_eps = (1 - eps) mu + eps d`` (VSR §2.3; App. C.2, Algorithm 2 line 4); full support for eps > 0."""
     d = _dist(d)
     mu = _dist(mu, "mu")
     if mu.shape != d.shape:

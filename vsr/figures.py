@@ -17,7 +17,7 @@ from vsr.registry import Registry
 
 #: name -> (target, one-line description)
 FIGURES: Registry[tuple[str, str]] = Registry("figure", {
-    "theory": ("theory.report:make_theory_figure", "every theorem check of SPEC section 1 (table + error plot)"),
+    "theory": ("theory.report:make_theory_figure", "every check of `vsr theory check` (table + error plot)"),
     "gridworld_figure2": ("gridworld.figures:make_figure2", "VSR Figure 2 on the 7x7 gridworld (exact d, sigma, mu_var; learners; two contrast regimes)"),
     "gridworld_compare": ("gridworld.figures:make_compare_figure", "policy-gradient learners: states from d, mu_var (IS/GRPO), mu_eps, uniform"),
     "gridworld_svmd": ("gridworld.svmd_experiment:make_svmd_figure", "SVMD measured gap vs the Theorem C.5 bound as T, N_h, eps vary"),

@@ -1,4 +1,4 @@
-"""Generation + scoring backends (SPEC §3.6): one protocol, a transformers and a vLLM implementation.
+"""Generation + scoring backends: one protocol, a transformers and a vLLM implementation.
 
 ``BACKENDS`` maps a name to a backend class; each class has ``from_config(config)`` taking its own
 frozen config (``HFBackendConfig`` / ``VLLMBackendConfig``). ``available_backends()`` lists the

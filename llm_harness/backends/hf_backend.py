@@ -1,4 +1,4 @@
-"""Generation and scoring over a ``transformers`` causal LM (SPEC §3.6), CPU or CUDA.
+"""Generation and scoring over a ``transformers`` causal LM, CPU or CUDA.
 
 Sampling loop (own loop, not ``model.generate``, so behaviour log-probs are exact):
 
@@ -91,7 +91,7 @@ class HFBackendConfig:
     pad_token_id: int | None = None
     """Padding id; default: tokenizer pad, else tokenizer/model EOS, else an error."""
     local_files_only: bool = True
-    """Never download weights at run time (SPEC: no network); set False on a machine that may."""
+    """Never download weights at run time (no network assumed); set False on a machine that may."""
     keep_score_workspace: bool = True
     """Keep the two ``[c, V]`` float32 scoring buffers (at most ``score_chunk_bytes``) between calls
     instead of allocating them on every call (large fresh buffers cost page faults on CPU)."""

@@ -1,4 +1,4 @@
-"""The generation + scoring contract every backend implements (SPEC §3.1, §3.6).
+"""The generation + scoring contract every backend implements.
 
 A *state* is a list of token ids: a prompt, optionally followed by a partial solution (a
 replayed prefix in VSR, a guided prefix in ExTra). A backend
@@ -29,7 +29,7 @@ completion, so generation and scoring can be compared token by token. Greedy dec
 
 Entropies returned by ``score`` are always of the *untruncated* tempered distribution
 ``softmax(logits / T)`` over the full vocabulary (nats) — the quantity ExTra's mean token
-entropy uses (SPEC §3.4).
+entropy uses (ExTra §4.2).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ FINISH_REASONS: tuple[str, ...] = ("stop", "length")
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample continuations (SPEC §3.6). Validated on construction."""
+    """How to sample continuations. Validated on construction."""
 
     temperature: float = 1.0
     """Softmax temperature T >= 0; 0 means greedy (argmax, behaviour log-prob 0)."""
@@ -129,7 +129,7 @@ class ScoreResult:
 
 @runtime_checkable
 class GenerationBackend(Protocol):
-    """What the trainer and the studies need from a model (SPEC §3.6)."""
+    """What the trainer and the studies need from a model (module doc)."""
 
     @property
     def vocab_size(self) -> int:
@@ -222,7 +222,7 @@ def check_prompts(
 def continuation_budget(prefix_len: int, response_budget: int) -> int:
     """New-token budget left to a continuation whose state already holds ``prefix_len`` response tokens.
 
-    A replayed/guided prefix counts against the per-response budget (SPEC §3.2, §3.4): the
+    A replayed/guided prefix counts against the per-response budget (VSR §3.2, ExTra App. B.4 prefixes): the
     continuation may add ``response_budget - prefix_len`` tokens. A prefix that uses up the whole
     budget is an error, not a zero-length generation.
     """

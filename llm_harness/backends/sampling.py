@@ -1,4 +1,4 @@
-"""Token sampling with exact behaviour log-probs (SPEC §3.1 "behavior log-probs", §3.6).
+"""Token sampling with exact behaviour log-probs (cached at generation time for replay, Replay §3).
 
 Pure tensor functions shared by the HF sampler and by teacher-forced scoring, so that the
 distribution a token is drawn from and the distribution ``score`` evaluates are built by the same

@@ -1,4 +1,4 @@
-"""Exact per-token log-probs and full-vocabulary entropies in bounded memory (SPEC §3.4, §3.6).
+"""Exact per-token log-probs and full-vocabulary entropies in bounded memory (ExTra §4.2 entropy).
 
 Given final hidden states ``h[N, H]`` of the positions that predict a completion, the output
 head ``W[V, H]`` and the completion tokens ``y[N]``, compute for every position ``t``::

@@ -1,6 +1,6 @@
 """Tasks: problems with verifiable answers, prompt rendering, verifiers and step splitters.
 
-SPEC §3.6 (verification, prompt template) and §3.2 (expert solutions for cold start).
+Verification and prompt template as in Replay App. A; expert solutions for VSR's cold start (VSR §3.2).
 ``get_task(name, **params)`` builds a registered task: ``"step_arith"`` (the CPU test bed),
 ``"math"`` (JSONL/parquet/Hugging Face problems with ``\\boxed{}`` answers) and
 ``"reasoning_gym"`` (any reasoning-gym dataset; needs ``pip install reasoning-gym``) and

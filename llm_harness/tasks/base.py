@@ -1,6 +1,6 @@
 """The task protocol: problems with verifiable answers, prompt rendering, verification, steps.
 
-SPEC §3.6 (generation, verification) and §3.2 (cold start from expert solutions).
+Verification as in Replay App. A ("Verifier"); expert solutions for SFT and VSR's cold start (VSR §3.2).
 
 A :class:`Task` owns a set of named splits of :class:`Problem` objects and knows how to
 
@@ -59,7 +59,7 @@ class ParseStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """Outcome of verifying one completion against one problem (SPEC §3.6)."""
+    """Outcome of verifying one completion against one problem."""
 
     reward: float
     """Reward in ``[0, 1]`` (binary tasks give exactly 0.0 or 1.0)."""
@@ -182,7 +182,7 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 
 class Task(abc.ABC):
-    """A set of problems with a verifier, a prompt format and a step splitter (SPEC §3.6).
+    """A set of problems with a verifier, a prompt format and a step splitter (module doc).
 
     Subclasses implement :meth:`problems`, :meth:`messages`, :meth:`plain_prompt`,
     :meth:`verify` and :meth:`split_steps`; :meth:`render_prompt`, :meth:`iter_problems` and
@@ -269,7 +269,7 @@ class Task(abc.ABC):
         return [self.verify(p, c) for p, c in zip(problems, completions)]
 
     def expert_text(self, problem: Problem, tokenizer: Any = None) -> str:
-        """Rendered prompt followed by the expert solution (SFT and cold-start text, SPEC §3.2)."""
+        """Rendered prompt followed by the expert solution (SFT and cold-start text, VSR §3.2 / App. D.2)."""
         if problem.solution is None:
             raise ValueError(f"problem: {problem.id!r} has no expert solution")
         return self.render_prompt(problem, tokenizer) + problem.solution

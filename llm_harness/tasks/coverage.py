@@ -1,6 +1,6 @@
 """Can a tokenizer represent a task's text? One check at the edge of every entry point that pairs a
 model with a task (train, eval, compare, the studies): a mismatch is refused before any work,
-naming the characters, instead of training on silently dropped characters (SPEC §3.6).
+naming the characters, instead of training on silently dropped characters.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run verification code under a hard deadline, from any thread or process (SPEC §3.6).
+"""Run verification code under a hard deadline, from any thread or process.
 
 math-verify's own timeout uses ``signal.alarm``, which only works in the main thread of the
 main interpreter; a thread-based timeout cannot stop a runaway computation either (pure-Python

@@ -1,4 +1,4 @@
-"""Math answers: ``\\boxed{}`` extraction and a Minerva-style normaliser (SPEC §3.6).
+"""Math answers: ``\\boxed{}`` extraction and a Minerva-style normaliser (Replay App. A, "Verifier").
 
 Pure string functions, no third-party imports; every function is total (never raises on odd
 input) and runs in time linear-ish in the input length (the only regexes have no nested

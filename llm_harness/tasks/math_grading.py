@@ -1,4 +1,4 @@
-"""Math graders: the Minerva-style training reward and the math-verify evaluator (SPEC §3.6).
+"""Math graders: the Minerva-style training reward and the math-verify evaluator (Replay App. A, "Verifier").
 
 Both graders take the already extracted ``\\boxed{}`` content and the gold answer and return
 ``(correct, detail)``; they are module-level functions so :class:`IsolatedRunner` workers can

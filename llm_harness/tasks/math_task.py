@@ -1,4 +1,4 @@
-"""Math word problems from JSONL / parquet files or a Hugging Face dataset (SPEC §3.6).
+"""Math word problems from JSONL / parquet files or a Hugging Face dataset (Replay App. A).
 
 Prompt (Replay paper's template): system ``"You are a helpful assistant."``, user
 ``"Problem : {question}\\n\\nPlease reason step by step, and put your final answer within

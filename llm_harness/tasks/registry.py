@@ -1,4 +1,4 @@
-"""Registry of tasks by name: ``get_task("step_arith", **params)`` (SPEC §3.6).
+"""Registry of tasks by name: ``get_task("step_arith", **params)``.
 
 Each entry of :data:`TASK_REGISTRY` (a :class:`vsr.registry.Registry`) is a factory
 ``(**params) -> Task``; duplicates are rejected, unknown names raise ValueError listing the known ones.

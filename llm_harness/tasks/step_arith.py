@@ -1,4 +1,4 @@
-"""Step arithmetic: the CPU test-bed task (issue 4, SPEC §3.6; cold start SPEC §3.2).
+"""Step arithmetic: the CPU test-bed task (issue 4; cold start as in VSR §3.2).
 
 A problem is a chain of additions and subtractions over ``0..max_value`` (default 99) whose
 running value stays in ``0..max_value`` after every operation, e.g.::
@@ -222,7 +222,7 @@ class StepCheck:
 
 @dataclass(frozen=True)
 class PartialCheck:
-    """Label-aware state of a partial solution (prefix metric; SPEC §4 item 4)."""
+    """Label-aware state of a partial solution (label-aware prefix metric; ExTra §5.6, App. C.2)."""
 
     steps: tuple[StepCheck, ...]
     """Every complete step (followed by ``","`` or ``"\\n"``) before the answer line."""

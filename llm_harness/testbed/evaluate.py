@@ -4,8 +4,8 @@
 evaluation sampler (:func:`llm_harness.trainer.evaluation.sample_and_verify`, the one evaluator of
 the project) on the project's generation backend (``llm_harness.backends.HFBackend.generate``:
 batched, KV-cached, seeded, left padded); the split name selects the sampling stream
-(``stream=(split,)``). A sample is correct iff the step arithmetic verifier gives reward 1 (SPEC
-§3.6); a completion cut by ``max_new_tokens`` is verified as it stands. Problems are the first ``n_problems`` of each split in stored order, which
+(``stream=(split,)``). A sample is correct iff the step arithmetic verifier gives reward 1;
+a completion cut by ``max_new_tokens`` is verified as it stands. Problems are the first ``n_problems`` of each split in stored order, which
 is stratified over term counts. Intervals: exact Clopper–Pearson with one sample per problem,
 Korn–Graubard effective-size Clopper–Pearson with several (``stats.clustered_interval``).
 """

@@ -1,4 +1,4 @@
-"""GRPO trainer with plug-in points (SPEC §3.1, §3.6; issue 6).
+"""GRPO trainer with plug-in points (GRPO as in Replay §3 and App. A; issue 6).
 
 Layers (each importable on its own):
 

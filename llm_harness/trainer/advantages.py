@@ -1,4 +1,4 @@
-"""Advantage estimators (registry, one signature) and the zero-variance group filter (SPEC §3.1).
+"""Advantage estimators (registry, one signature) and the zero-variance group filter (Replay §3, Eq. 1).
 
 Every estimator maps padded group rewards ``r[N, G]`` with a validity mask ``m[N, G]`` (groups
 may differ in size, e.g. Reinforce-Ada-Est's per-prompt counts) to advantages ``A[N, G]``
@@ -8,7 +8,7 @@ may differ in size, e.g. Reinforce-Ada-Est's per-prompt counts) to advantages ``
   ``sqrt(Σ (r_j − mean)² / (G − ddof))``: ``ddof = 1`` (Bessel, the default) is what verl's
   ``compute_grpo_outcome_advantage`` (``torch.std``) and TRL use — all three papers trained on
   verl — and ``ddof = 0`` is the population std of the papers' closed forms (Replay App. E;
-  ``theory/`` keeps those). A zero-variance group gives exactly 0 (GRPO, SPEC §3.1); so does a
+  ``theory/`` keeps those). A zero-variance group gives exactly 0 (GRPO, Replay §3); so does a
   group of one sample (verl gives ``r/(1 + ε)`` there: a singleton carries no relative signal);
 * ``gigpo`` — GiGPO for multi-turn episode groups only (:mod:`llm_harness.trainer.gigpo`; its
   parameters in ``algo.advantage_params``); every other estimator, on a multi-turn group, normalises
@@ -40,7 +40,7 @@ __all__ = [
     "register_advantage",
 ]
 
-#: ε_σ of the GRPO z-score (SPEC §3.1).
+#: ε_σ of the GRPO z-score (Replay §3, Eq. 1; App. A, Table 7).
 GRPO_EPS = 1e-6
 
 Estimator = Callable[[np.ndarray, np.ndarray, float, int], np.ndarray]
@@ -71,7 +71,7 @@ def _zero_var(centred: np.ndarray, mean: np.ndarray) -> np.ndarray:
 @register_advantage("grpo")
 def grpo(rewards: np.ndarray, mask: np.ndarray, eps: float = GRPO_EPS, ddof: int = DEFAULT_DDOF) -> np.ndarray:
     """Group z-score ``(r − mean)/(std + ε)``, std with ``G − ddof`` in the denominator (module doc);
-    zero-variance and single-sample groups → 0 (SPEC §3.1)."""
+    zero-variance and single-sample groups → 0 (Replay §3)."""
     if ddof not in (0, 1):
         raise ValueError(f"ddof: must be 0 (population std) or 1 (Bessel), got {ddof!r}")
     cnt, mean, centred = _stats(rewards, mask)

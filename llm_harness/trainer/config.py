@@ -1,4 +1,4 @@
-"""Frozen, validated configuration of a training run (``vsr train --config FILE``; SPEC §3.1).
+"""Frozen, validated configuration of a training run (``vsr train --config FILE``).
 
 Every field carries a docstring; every section validates itself on construction and raises a
 ValueError that starts with the field name. Registry-valued fields (estimator, aggregation,
@@ -472,7 +472,7 @@ class EvalConfig:
     seed: int = 0
     """Sampling seed."""
     reference: str = ""
-    """Optional eval.json of a reference run: adds AES (SPEC §1.5)."""
+    """Optional eval.json of a reference run: adds AES (Replay §6.1)."""
     env: str = ""
     """Evaluate an agent on this environment instead of ``task`` (``llm_harness.envs.ENVS``): success over
     the first ``n_problems`` of the 128 fixed evaluation seeds, ``k`` episodes each."""

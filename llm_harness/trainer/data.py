@@ -1,4 +1,4 @@
-"""The trainer's data model: start states, rollout groups and padded training batches (SPEC §3.1).
+"""The trainer's data model: start states, rollout groups and padded training batches.
 
 * :class:`StartState` — where a group of rollouts starts. It keeps three things apart: the
   *interaction history* (``prefix_ids``, the fixed response prefix of a single-turn state — a
@@ -12,7 +12,7 @@
   (:meth:`RolloutGroup.completion_ids` / ``completion_text``: prefix + sample without its stop token).
 * :class:`TrainBatch` — padded tensors built once from a list of groups: one row per sample,
   ``input_ids[b, L]`` = prompt + prefix + response (right-padded); ``loss_mask[b, L-1]`` is 1
-  exactly on the response tokens (prompt and prefix tokens are context, SPEC §3.1), aligned with
+  exactly on the response tokens (prompt and prefix tokens are context, VSR §3.2, ExTra App. B.4), aligned with
   the next-token targets ``input_ids[b, 1:]``.
 
 Plug-ins checkpoint start states, groups and verify results as plain data
@@ -72,7 +72,7 @@ class StartState:
     prompt_ids: tuple[int, ...]
     """Token ids of the rendered prompt (non-empty)."""
     problem: Problem
-    """The task problem the completions are verified against (its own answer, SPEC §3.4)."""
+    """The task problem the completions are verified against (its own answer, ExTra App. B.4)."""
     prefix_ids: tuple[int, ...] = ()
     """Fixed response prefix appended to the prompt; generated continuations follow it; masked
     out of the loss; included in the verified completion text."""
@@ -123,7 +123,7 @@ class StartState:
 
 @dataclass(eq=False)
 class RolloutGroup:
-    """A start state and its ``G`` samples (SPEC §3.1). Arrays are indexed by sample ``i``."""
+    """A start state and its ``G`` samples (a GRPO group, Replay §3). Arrays are indexed by sample ``i``."""
 
     start: StartState
     """The state every sample continues from."""
@@ -288,7 +288,7 @@ def build_batch(groups: Sequence[RolloutGroup], pad_token_id: int) -> TrainBatch
     """Pad every sample of ``groups`` into one :class:`TrainBatch` (groups need advantages).
 
     Row ``b`` holds ``context + response``; ``loss_mask[b, j] = 1`` iff target position ``j + 1``
-    is a response token, so prompt and prefix tokens never enter the loss (SPEC §3.1).
+    is a response token, so prompt and prefix tokens never enter the loss (VSR §3.2, ExTra App. B.4).
     """
     if not groups:
         raise ValueError("groups: must not be empty")

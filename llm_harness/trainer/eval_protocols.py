@@ -1,14 +1,14 @@
-"""The papers' evaluation protocols as named presets (SPEC §3.6): sampling temperature, nucleus mass, samples.
+"""The papers' evaluation protocols as named presets: sampling temperature, nucleus mass, samples.
 
 ``EVAL_PROTOCOLS`` (a :class:`vsr.registry.Registry`) maps a name to an :class:`EvalProtocol`;
 ``validation.protocol`` (:class:`llm_harness.trainer.config.ValidationConfig`) and ``vsr eval --protocol``
 (``EvalConfig``) name one (:func:`resolve_sampling` fills the unset fields), and the
-comparison suites set it per suite. Entries, as SPEC §3.6 states them:
+comparison suites set it per suite. Entries (Replay App. A; ExTra App. B.6; VSR App. D.2):
 
 * ``replay`` — Replay's MATH-500 protocol: T 0.6, top-p 0.8, k = 8;
 * ``replay_aime`` — Replay's AIME/HMMT protocol: T 0.6, top-p 0.8, k = 16;
 * ``extra`` — ExTra: T 0.7, top-p 0.9, n = 16 (its headline metric is pass@16);
-* ``vsr`` — VSR: T 0.7, 16 samples "over 2 seeds"; SPEC states no nucleus mass, so top-p is 1.
+* ``vsr`` — VSR: T 0.7, 16 samples "over 2 seeds"; the paper states no nucleus mass, so top-p is 1.
 
 Departures: VSR draws its 16 samples as 2 seeds x 8; here the 16 come from one seeded call. With
 independent samples per problem the two are the same distribution, so only the random stream
@@ -37,7 +37,7 @@ class EvalProtocol:
     k: int
     """Samples per problem (avg@k; pass@j for j = 1..k)."""
     source: str
-    """Where the numbers come from (paper and section, as SPEC §3.6 records them)."""
+    """Where the numbers come from (paper and section)."""
 
     def __post_init__(self) -> None:
         check_number("temperature", self.temperature, 0, lo_open=True)
@@ -47,10 +47,10 @@ class EvalProtocol:
 
 #: name -> :class:`EvalProtocol` (module doc); duplicates are refused.
 EVAL_PROTOCOLS: Registry[EvalProtocol] = Registry("evaluation protocol", {
-    "replay": EvalProtocol(0.6, 0.8, 8, "Replay, MATH-500 (SPEC §3.6)"),
-    "replay_aime": EvalProtocol(0.6, 0.8, 16, "Replay, AIME / HMMT (SPEC §3.6)"),
-    "extra": EvalProtocol(0.7, 0.9, 16, "ExTra §5 / App. B (SPEC §3.4, §3.6)"),
-    "vsr": EvalProtocol(0.7, 1.0, 16, "VSR, 16 samples over 2 seeds, no top-p stated (SPEC §3.6)"),
+    "replay": EvalProtocol(0.6, 0.8, 8, "Replay App. A, MATH-500"),
+    "replay_aime": EvalProtocol(0.6, 0.8, 16, "Replay App. A, AIME / HMMT"),
+    "extra": EvalProtocol(0.7, 0.9, 16, "ExTra §5 / App. B.6"),
+    "vsr": EvalProtocol(0.7, 1.0, 16, "VSR App. D.2, 16 samples over 2 seeds, no top-p stated"),
 })
 
 

@@ -1,4 +1,4 @@
-"""Evaluation of a policy: avg@k, unbiased pass@k, per-difficulty table, lengths, diversity (SPEC §1.5, §3.6).
+"""Evaluation of a policy: avg@k, unbiased pass@k, per-difficulty table, lengths, diversity (:mod:`theory.metrics`).
 
 :func:`sample_and_verify` is the one evaluation sampler of the project: ``k`` completions per
 problem from one seeded ``backend.generate`` call per chunk of problems, each decoded
@@ -136,7 +136,7 @@ def evaluate_policy(
     ``distinct_4`` / ``self_bleu_4`` (means over problems, on token ids; Self-BLEU needs k >= 2),
     ``logdet`` (mean over problems of ``log det(I + logdet_alpha K)``, K the cosine kernel of the k
     responses' ``embedder`` vectors; k >= 2), ``logdet_embedder`` (its name), ``n_problems``, ``k``, and
-    ``aes`` against ``reference`` when given (SPEC §1.5). Problems a diversity metric is undefined on
+    ``aes`` against ``reference`` when given (Replay §6.1). Problems a diversity metric is undefined on
     (no 4-gram; a response whose embedding is zero) are left out of that metric's mean, and the metric
     is None when none is left.
 
@@ -208,7 +208,7 @@ def evaluate_policy(
 
 
 def validation_aes(metrics: dict[str, Any], reference: dict[str, Any], k: int) -> float:
-    """AES (SPEC §1.5; Replay §6.1) of one run's validation row against a reference run's (GRPO at the
+    """AES (Replay §6.1, eq. 4) of one run's validation row against a reference run's (GRPO at the
     same step, for the comparison tables): ``aes(L, A, L_ref, A_ref)`` with ``L = val_length_mean`` and
     ``A = val_avg_at_{k}`` of :meth:`llm_harness.trainer.loop.Trainer.validate`. ValueError naming a
     missing or non-finite key, or a reference accuracy of 0 (AES divides by it)."""

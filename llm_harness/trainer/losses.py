@@ -1,4 +1,4 @@
-"""Policy losses as pure tensor functions, with a registry of loss aggregations (SPEC §3.1).
+"""Policy losses as pure tensor functions, with a registry of loss aggregations (Replay §3, Eq. 2; App. A, Table 7).
 
 Per token ``t`` of sample ``b`` with log-ratio ``δ = log π_θ − log π_old`` and ``ρ = exp δ``::
 
@@ -154,7 +154,7 @@ def policy_loss(
     kl_cap: float | None = None,
 ) -> PolicyLossOutput:
     """Clipped PPO surrogate (module doc). ``logprobs[B, T]``, ``old_logprobs[B, T]``, ``mask[B, T]``,
-    ``advantages[B]`` or ``[B, T]``, ``weights[B]``; SPEC §3.1 (DAPO clip-higher, dual clip)."""
+    ``advantages[B]`` or ``[B, T]``, ``weights[B]``; DAPO clip-higher and dual clip as in Replay Table 7."""
     if logprobs.ndim != 2:
         raise ValueError(f"logprobs: expected shape [B, T], got {tuple(logprobs.shape)}")
     for name, t in (("old_logprobs", old_logprobs), ("mask", mask)):
@@ -220,7 +220,7 @@ def clip_fraction_by_origin(clipped: torch.Tensor, mask: torch.Tensor, origin: t
     """``(clipped_tokens[o], tokens[o])`` per origin index ``o`` (float64 counts).
 
     ``clipped[B, T]`` bool, ``mask[B, T]``, ``origin[B]`` ints in ``[0, n_origins)``; the clip
-    fraction of origin ``o`` is ``clipped_tokens[o] / tokens[o]`` (SPEC §3.3: fresh vs replay).
+    fraction of origin ``o`` is ``clipped_tokens[o] / tokens[o]`` (Replay §5.3.1, Table 2: fresh vs replay).
     """
     if clipped.shape != mask.shape or origin.shape != (clipped.shape[0],):
         raise ValueError(f"origin: expected shape ({clipped.shape[0]},) with clipped/mask of equal shape")

@@ -1,4 +1,4 @@
-"""Model and tokenizer loading for the trainer, and the training forward pass (SPEC §3.1).
+"""Model and tokenizer loading for the trainer, and the training forward pass.
 
 * :class:`CharTokenizer` — a dependency-free character tokenizer over the step-arithmetic
   alphabet (``0 <pad>``, ``1 <eos>``, then one id per character), for random tiny models in tests

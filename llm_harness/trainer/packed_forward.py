@@ -1,4 +1,4 @@
-"""The training forward of a Qwen2-family decoder over packed tokens (SPEC §3.1; opt-in ``run.packed_forward``).
+"""The training forward of a Qwen2-family decoder over packed tokens (opt-in ``run.packed_forward``).
 
 Why: the loss pass runs on right-padded rows (``build_batch``), and on the test bed about a third of the
 positions are padding (four updates of the trainer benchmark's setting: 64-72 % of 40-64 rows x 66-70

@@ -1,4 +1,4 @@
-"""The fresh prompt stream of a training run (SPEC §3.1): one seeded order that every method shares.
+"""The fresh prompt stream of a training run: one seeded order that every method shares.
 
 Plug-ins never draw from or return prompts to the stream: a start-state source *claims* slots
 before the trainer draws ``B − claimed`` fresh prompts, so every method sees exactly GRPO's

@@ -1,4 +1,4 @@
-"""Generation and verification of rollout groups (SPEC §3.1, §3.6).
+"""Generation and verification of rollout groups (GRPO groups, Replay §3).
 
 * :func:`derive_seed` (:mod:`vsr.seeding`, re-exported) — a fresh, deterministic sampling seed per
   (run seed, step, round, call).
@@ -136,7 +136,7 @@ def call_budgets(states: Sequence[StartState], response_budget: int, max_context
     """``(max_new_tokens, budgets[i])`` of one backend call over ``states``.
 
     State ``i`` may add ``budgets[i] = response_budget - len(prefix_i)`` tokens (a prefix counts
-    against the response budget, SPEC §3.2; :func:`continuation_budget`). One call takes one
+    against the response budget: :func:`continuation_budget`). One call takes one
     ``max_new_tokens``: the largest budget, and with ``max_context`` given at most what the longest
     state leaves of the model context; samples longer than their own budget are cut afterwards
     (:func:`truncate_sample`).
@@ -174,7 +174,7 @@ def sample_groups(
     budget shared by prefix and continuation; ``max_context`` (optional) also caps each call by the
     model context. Every sample is cut to its own state's budget (:func:`truncate_sample`), and
     ``prefix + continuation`` without the stop token is verified against the state's own problem
-    through ``verifier.verify_many`` (SPEC §3.4).
+    through ``verifier.verify_many`` (as ExTra App. B.4 verifies prefix + suffix).
     """
     if not states:
         return [], CollectStats()
@@ -223,7 +223,7 @@ def sample_groups(
 @register_collector("generate")
 def generate_groups(states: Sequence[StartState], *, step: int, round: int, ctx: "TrainContext") -> tuple[list[RolloutGroup], CollectStats]:
     """Sample ``n`` (state's own or G) continuations of every state, verify prefix + continuation
-    against the state's own problem (SPEC §3.4), and return one group per state (input order):
+    against the state's own problem (ExTra App. B.4), and return one group per state (input order):
     :func:`sample_groups` with the rollout config and call ``c``'s seed
     ``derive_seed(config.seed, step, round, c)``."""
     cfg = ctx.config.rollout

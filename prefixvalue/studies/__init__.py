@@ -1,1 +1,1 @@
-"""The five prefix-value studies of SPEC §4, one module each (registered on import)."""
+"""The five prefix-value studies (listed in :mod:`prefixvalue`), one module each (registered on import)."""

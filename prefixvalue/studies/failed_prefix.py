@@ -1,4 +1,4 @@
-"""Failed-prefix analysis (VSR App. D.5; SPEC §4 item 2): are prefixes of *failed* trajectories
+"""Failed-prefix analysis (VSR App. D.5): are prefixes of *failed* trajectories
 worth replaying? Continuation success and all-fail fraction by prefix position, for failed vs
 successful self-generated trajectories of the same problems.
 

@@ -1,4 +1,4 @@
-"""Hint-ratio curve (VSR Fig. 7; SPEC §4 item 1): continuation success vs the fraction α of an
+"""Hint-ratio curve (VSR App. D.2, Fig. 7): continuation success vs the fraction α of an
 expert trajectory given as a prefix.
 
 Protocol: for every problem, the expert solution's tokens are cut at ``round(α |τ|)`` for

@@ -1,4 +1,4 @@
-"""Does mean token entropy predict a prefix's Monte-Carlo value? (ExTra §5.6, App. C; SPEC §4 item 4)
+"""Does mean token entropy predict a prefix's Monte-Carlo value? (ExTra §5.6, Table 4; App. C)
 
 Protocol (ExTra App. C.1): ``n_trajectories`` (32) trajectories per problem at T = 1; problems
 with mixed outcomes are kept; every trajectory is split into reasoning steps

@@ -1,4 +1,4 @@
-"""Which prefix to regenerate from? (ExTra Fig. 4; SPEC §4 item 5)
+"""Which prefix to regenerate from? (ExTra §5.6, Fig. 4)
 
 Protocol, per problem: ``n_trajectories`` trajectories from the bare prompt (T = 1); with
 ``group_filter="all-fail"`` (ExTra: regeneration is only triggered by all-incorrect groups) only

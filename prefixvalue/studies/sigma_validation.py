@@ -1,4 +1,4 @@
-"""Statewise validation of VSR's zero-cost score σ̂ (VSR App. D.5; SPEC §4 item 3).
+"""Statewise validation of VSR's zero-cost score σ̂ (VSR App. D.5).
 
 Protocol: ``init_samples`` trajectories per problem from the bare prompt; problems with mixed
 outcomes are kept (``0 < p0 < 1``, ``p0`` = initial success rate); one successful trajectory per

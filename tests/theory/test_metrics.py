@@ -38,7 +38,7 @@ def test_every_metric_check_is_registered_with_a_reference():
     checks = registered_checks()
     for name in METRIC_CHECKS:
         assert name in checks, name
-        assert checks[name].reference.startswith("SPEC 1.5 / ")
+        assert checks[name].reference and "SPEC" not in checks[name].reference
         assert checks[name].description
 
 

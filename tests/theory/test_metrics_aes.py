@@ -1,4 +1,4 @@
-"""AES (SPEC 1.5; Replay §6.1 eq. 4): the paper's published numbers, properties, bad input."""
+"""AES (Replay §6.1 eq. 4): the paper's published numbers, properties, bad input."""
 
 from __future__ import annotations
 

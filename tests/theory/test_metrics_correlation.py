@@ -1,4 +1,4 @@
-"""Correlations with CIs and within-group correlation (SPEC 1.5; ExTra App. C.1)."""
+"""Correlations with CIs and within-group correlation (VSR App. D.5; ExTra App. C.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Distinct-n, BLEU / Self-BLEU, LogDet (SPEC 1.5; ExTra §5.4)."""
+"""Distinct-n, BLEU / Self-BLEU, LogDet (ExTra §5.4)."""
 
 from __future__ import annotations
 

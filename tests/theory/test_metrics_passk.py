@@ -1,4 +1,4 @@
-"""pass@k / avg@k (SPEC 1.5): exact identities, Monte-Carlo unbiasedness, bad input."""
+"""pass@k / avg@k (Chen et al. 2021, eq. 1): exact identities, Monte-Carlo unbiasedness, bad input."""
 
 from __future__ import annotations
 

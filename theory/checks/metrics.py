@@ -1,4 +1,4 @@
-"""Random-instance checks of the shared metrics (SPEC 1.5) for ``vsr theory check``.
+"""Random-instance checks of the shared metrics (:mod:`theory.metrics`) for ``vsr theory check``.
 
 Each check draws one instance from the generator and returns the identities / inequalities
 that must hold on it; oracles are independent formulas (exact binomial enumeration, SciPy,
@@ -33,10 +33,10 @@ from theory.metrics import (
     within_group_correlation,
 )
 
-_PASSK = "SPEC 1.5 / Chen et al. 2021 eq. 1"
-_AES = "SPEC 1.5 / Replay §6.1 eq. 4"
-_CORR = "SPEC 1.5 / ExTra App. C.1"
-_DIV = "SPEC 1.5 / ExTra §5.4"
+_PASSK = "Chen et al. 2021 eq. 1"
+_AES = "Replay §6.1 eq. 4"
+_CORR = "ExTra App. C.1"
+_DIV = "ExTra §5.4"
 
 
 # ---------------------------------------------------------------------------------------------

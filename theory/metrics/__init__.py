@@ -1,6 +1,6 @@
-"""Metrics shared by every study (SPEC section 1.5).
+"""Metrics shared by every study and the trainer's evaluation (sources per module below).
 
-* :mod:`theory.metrics.passk`: unbiased pass@k, avg@k, a pass@k table.
+* :mod:`theory.metrics.passk`: unbiased pass@k (Chen et al. 2021), avg@k, a pass@k table.
 * :mod:`theory.metrics.efficiency`: the Accuracy Efficiency Score of Replay §6.1.
 * :mod:`theory.metrics.correlation`: Pearson/Spearman with Fisher-z or bootstrap CIs, and
   within-group correlation averaged through Fisher's z (ExTra App. C.1).

@@ -1,4 +1,4 @@
-"""Pearson / Spearman correlations with 95% CIs, and within-group correlation (SPEC 1.5).
+"""Pearson / Spearman correlations with 95% CIs, and within-group correlation (VSR App. D.5; ExTra App. C.1).
 
 Shapes: ``x[i]``, ``y[i]`` paired observations, ``groups[i]`` a label per observation.
 
@@ -139,7 +139,7 @@ def _z_crit(confidence: float) -> float:
 
 
 def fisher_z_interval(r, n, *, confidence: float = 0.95, variance: float = 1.0):
-    """Fisher-z interval ``tanh(atanh(r) -/+ z_{(1+conf)/2} sqrt(variance / (n - 3)))`` (SPEC 1.5).
+    """Fisher-z interval ``tanh(atanh(r) -/+ z_{(1+conf)/2} sqrt(variance / (n - 3)))`` (95% CIs as in VSR App. D.5).
 
     Args:
       r: ``r[...]`` correlation estimates in [-1, 1] (``|r| = 1`` gives the point interval).
@@ -306,7 +306,7 @@ def correlation(
     n_resamples: int = 9999,
     seed: int | np.random.Generator = 0,
 ) -> CorrelationResult:
-    """Correlation of paired samples with a confidence interval (SPEC 1.5).
+    """Correlation of paired samples with a confidence interval (VSR App. D.5; ExTra App. C.1).
 
     Args:
       x: ``x[i]``, 1-D, finite, not constant.
@@ -348,12 +348,12 @@ def correlation(
 
 
 def pearson(x, y, **kwargs) -> CorrelationResult:
-    """Pearson's r with a CI; ``correlation(x, y, "pearson", **kwargs)`` (SPEC 1.5)."""
+    """Pearson's r with a CI; ``correlation(x, y, "pearson", **kwargs)`` (VSR App. D.5)."""
     return correlation(x, y, "pearson", **kwargs)
 
 
 def spearman(x, y, **kwargs) -> CorrelationResult:
-    """Spearman's rho with a CI; ``correlation(x, y, "spearman", **kwargs)`` (SPEC 1.5).
+    """Spearman's rho with a CI; ``correlation(x, y, "spearman", **kwargs)`` (VSR App. D.5; ExTra App. C.1).
 
     The Fisher interval uses ``se = sqrt(1.06 / (n - 3))`` (Fieller, Hartley & Pearson 1957),
     accurate for roughly ``n >= 10`` and ``|rho| <= 0.8``; prefer a bootstrap outside that range.
@@ -429,7 +429,7 @@ def within_group_correlation(
     n_resamples: int = 9999,
     seed: int | np.random.Generator = 0,
 ) -> WithinGroupCorrelation:
-    """Within-group correlation averaged through Fisher's z (SPEC 1.5; ExTra App. C.1).
+    """Within-group correlation averaged through Fisher's z (ExTra App. C.1).
 
     For each group g with ``n_g >= min_size`` points and non-constant x and y:
     ``z_g = atanh(clip(r_g, -max_abs_r, max_abs_r))``; the average is

@@ -1,4 +1,4 @@
-"""Diversity of one prompt's responses: Distinct-n, Self-BLEU, LogDet (SPEC 1.5; ExTra §5.4).
+"""Diversity of one prompt's responses: Distinct-n, Self-BLEU, LogDet (ExTra §5.4).
 
 Inputs:
 

@@ -1,4 +1,4 @@
-"""Accuracy Efficiency Score (AES) of a run against a reference run (SPEC 1.5; Replay §6.1, eq. 4).
+"""Accuracy Efficiency Score (AES) of a run against a reference run (Replay §6.1, eq. 4).
 
     AES  = dL + beta * dAcc,
     dL   = (L_ref - L) / L_ref       (> 0 when the run answers with fewer tokens),
@@ -7,7 +7,7 @@
 
 ``L`` is the mean response length (tokens) and ``A`` the accuracy; ``A`` and ``A_ref`` only
 enter through their ratio, so percent or fraction both work as long as they match.  The Replay
-paper credits the metric to Luo et al. (2025a); SPEC and the paper's eq. (4) agree on it.
+paper credits the metric to Luo et al. (2025a); the formula above is the paper's eq. (4).
 """
 
 from __future__ import annotations

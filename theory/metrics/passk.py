@@ -1,4 +1,4 @@
-"""Unbiased pass@k and avg@k from per-sample correctness (SPEC section 1.5).
+"""Unbiased pass@k and avg@k from per-sample correctness (Chen et al. 2021; Replay App. A; ExTra App. B.6).
 
 Shapes:
 
@@ -56,7 +56,7 @@ def _check_k(k) -> int:
 
 
 def pass_at_k(n, c, k: int):
-    """Unbiased pass@k estimate ``1 - C(n-c, k) / C(n, k)`` (SPEC 1.5; Chen et al. 2021, eq. 1).
+    """Unbiased pass@k estimate ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021, eq. 1).
 
     Args:
       n: ``n[...]`` number of samples per problem, integer >= 1 (broadcast against ``c``).
@@ -105,7 +105,7 @@ def correct_matrix(correct, name: str = "correct") -> np.ndarray:
 
 
 def avg_at_k(correct) -> float:
-    """avg@k: mean accuracy over the k samples of each problem, then over problems (SPEC 1.5).
+    """avg@k: mean accuracy over the k samples of each problem, then over problems (Replay App. A).
 
     Args:
       correct: ``correct[problem, sample]`` in {0, 1}; ``k`` is the number of columns.
@@ -118,7 +118,7 @@ def avg_at_k(correct) -> float:
 
 
 def pass_at_k_table(correct, ks: Iterable[int]) -> dict[int, float]:
-    """Mean unbiased pass@k over problems for several ``k`` (SPEC 1.5).
+    """Mean unbiased pass@k over problems for several ``k`` (Chen et al. 2021, eq. 1).
 
     Args:
       correct: ``correct[problem, sample]`` in {0, 1}; each row holds ``n`` samples.

@@ -1,4 +1,4 @@
-"""VSR on verl: an agent loop that starts a sample from a replayed prefix state (SPEC §3.2, §6).
+"""VSR on verl: an agent loop that starts a sample from a replayed prefix state (VSR §3.2, Alg. 1).
 
 Registered as ``vsr_prefix`` (verl's ``@register``; a dataset row runs it when its ``agent_name``
 column says so). Per sample, :meth:`VSRPrefixAgentLoop.run`:
@@ -10,7 +10,7 @@ column says so). Per sample, :meth:`VSRPrefixAgentLoop.run`:
 3. generates the continuation through ``server_manager.generate(request_id, prompt_ids,
    sampling_params)`` with ``max_tokens`` = response length − prefix length;
 4. returns prefix + continuation as the response, the prefix under ``response_mask`` 0 (context,
-   outside the loss, SPEC §3.1), with ``reward_score`` computed here against the *state's* problem
+   outside the loss, VSR §3.2), with ``reward_score`` computed here against the *state's* problem
    (``reward.custom_reward_function`` when configured, else verl's ``default_compute_score``):
    verl's reward stage would score a replayed state against the row's ground truth;
 5. reports the sample to the buffer (the insertion hook: a group's ``n`` reports complete it).

@@ -1,4 +1,4 @@
-"""Between verl's batch tensors and the toolkit's per-group arrays (SPEC §6).
+"""Between verl's batch tensors and the toolkit's per-group arrays (verl 0.9.1, ``verl/trainer/ppo/core_algos.py``).
 
 verl hands an advantage estimator ``token_level_rewards[bs, L]``, ``response_mask[bs, L]`` and
 ``index[bs]`` (the group id ``uid`` of every row). The toolkit's estimators take ragged reward

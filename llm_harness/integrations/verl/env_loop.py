@@ -1,5 +1,5 @@
 """VSR for agents on verl: a multi-turn agent loop over the toolkit's text environments that starts an
-episode from its initial state or from a replayed interaction state (SPEC §3.2 agentic, §3.5, §6).
+episode from its initial state or from a replayed interaction state (VSR §4.2, App. D.3).
 
 Registered as ``vsr_env`` (and ``vsr_env_eval``, the same episodes without the buffer, for
 validation rows); a dataset row runs it when its ``agent_name`` says so (``make_data.py --task env

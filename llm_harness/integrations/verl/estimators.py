@@ -1,4 +1,4 @@
-"""The toolkit's advantage estimators registered with verl's ``register_adv_est`` (SPEC §3.1, §3.4, §3.5, §6).
+"""The toolkit's advantage estimators registered with verl's ``register_adv_est`` (``verl/trainer/ppo/core_algos.py``).
 
 Each verl estimator here converts verl's batch to the toolkit's groups (:mod:`.batch`) and calls the
 toolkit's own function — no second implementation of the maths:
@@ -54,7 +54,7 @@ def verl_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class GroupParams:
-    """``algorithm.vsr.*``: the group z-score's conventions (SPEC §3.1)."""
+    """``algorithm.vsr.*``: the group z-score's conventions (README "GRPO conventions")."""
 
     eps: float = GRPO_EPS
     """ε_σ of ``(r − mean)/(std + ε)``."""
@@ -76,7 +76,7 @@ class GroupParams:
 
 @dataclass(frozen=True)
 class ExtraParams:
-    """``algorithm.vsr.extra.*``: ExTra's novelty bonus (SPEC §3.4; defaults: the paper)."""
+    """``algorithm.vsr.extra.*``: ExTra's novelty bonus (ExTra §4.1; defaults: the paper)."""
 
     gamma: float = 1.0
     """Novelty weight γ ≥ 0 (ExTra eq. 2)."""
@@ -133,7 +133,7 @@ def group_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor
         return out, out
 
     est.__name__ = est.__qualname__ = f"{PREFIX}{name}"
-    est.__doc__ = f"Toolkit estimator {name!r} on verl rows grouped by uid (SPEC §3.1)."
+    est.__doc__ = f"Toolkit estimator {name!r} on verl rows grouped by uid (GRPO groups)."
     est.needs = ()  # type: ignore[attr-defined]
     return est
 
@@ -212,7 +212,7 @@ extra_grpo.needs = ("prompt_ids", "response_ids")  # type: ignore[attr-defined]
 
 def gigpo(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, config: Any = None,
           non_tensor_batch: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """GiGPO over the turns of multi-turn rows (SPEC §3.5): per row, ``gigpo_turn_ends`` (token index
+    """GiGPO over the turns of multi-turn rows (Feng et al. 2025): per row, ``gigpo_turn_ends`` (token index
     one past each turn's last response token), ``gigpo_anchors`` (current observation per turn),
     ``gigpo_step_rewards`` and optional ``gigpo_penalties``; the rows of one uid are one episode group.
     Tokens of turn ``j`` (mask 1, up to its end) get that turn's advantage."""

@@ -1,5 +1,5 @@
 """VSR's prefix buffer for verl: the toolkit's :class:`~llm_harness.methods.vsr.VSRPlugin` behind a
-step clock, shared by every agent-loop worker as one named Ray actor (SPEC §3.2, §6).
+step clock, shared by every agent-loop worker as one named Ray actor (VSR §3.2).
 
 verl 0.9.1 runs one agent loop per sample, in many workers, with no sampler hook; the buffer must
 therefore be a process of its own that every sample talks to. :class:`PrefixBuffer` holds the

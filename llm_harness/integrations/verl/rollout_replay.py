@@ -1,5 +1,5 @@
 """Rollout-level |A| replay on verl 0.9.1: the toolkit's :class:`~llm_harness.methods.replay.ReplayPlugin`
-choosing which stored TransferQueue rows join a step's actor update (SPEC §3.3, §6).
+choosing which stored TransferQueue rows join a step's actor update (Replay Alg. 1, §4).
 
 verl 0.9.1 has no cross-step replay (its v1 ``ReplayBuffer`` is a staleness queue of rows not yet
 trained on). The least invasive route is the ``vsr_sync`` trainer's advantage stage, which this

@@ -1,4 +1,4 @@
-"""Contract every generation backend must satisfy (SPEC §3.6), run against each importable backend."""
+"""Contract every generation backend must satisfy (``backends.protocol``), run against each importable backend."""
 
 from __future__ import annotations
 
