@@ -19,22 +19,7 @@ PATTERN = re.compile(r"SPEC ?(§|section|\d)")
 SKIP_TOP = {"figures", "runs", "out", "build", "dist"}
 
 # issue 40: cleared in a follow-up
-NOT_YET = (
-    "README.md",
-    "llm_harness/envs/__init__.py",
-    "llm_harness/envs/prompt.py",
-    "llm_harness/envs/task.py",
-    "llm_harness/methods/__init__.py",
-    "llm_harness/methods/embedders.py",
-    "llm_harness/methods/extra.py",
-    "llm_harness/methods/mte.py",
-    "llm_harness/methods/replay.py",
-    "llm_harness/methods/sampling.py",
-    "llm_harness/methods/vsr.py",
-    "llm_harness/trainer/multiturn.py",
-    "scripts/verl/make_data.py",
-    "scripts/verl/reward.py",
-)
+NOT_YET: tuple[str, ...] = ()
 
 
 def _files() -> list[Path]:

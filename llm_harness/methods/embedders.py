@@ -1,4 +1,4 @@
-"""Response and prefix embedders ``h(·)`` for ExTra's novelty memory and prefix smoothing (SPEC §3.4).
+"""Response and prefix embedders ``h(·)`` for ExTra's novelty memory and prefix smoothing (ExTra §4.1, §4.3).
 
 ExTra embeds responses with a light sentence embedder (ExTra §4.1, App. B.3) and the same ``h``
 embeds candidate prefixes for entropy smoothing (§4.3). ``EMBEDDERS`` (a :class:`vsr.registry.Registry`)

@@ -1,4 +1,4 @@
-"""ExTra as trainer plug-ins: correctness-gated novelty and MTE-guided prefix regeneration (SPEC §3.4).
+"""ExTra as trainer plug-ins: correctness-gated novelty and MTE-guided prefix regeneration (ExTra §4).
 
 ExTra (Algorithm 1) adds two things to GRPO, both implemented by one plug-in class,
 :class:`ExtraPlugin`, registered under three names:
@@ -239,7 +239,7 @@ class ExtraConfig:
     prefix_cache: int = 128
     """Distinct prefixes cached per prompt for smoothing (App. B.5: 128)."""
     tau: float = 0.1
-    """Smoothing temperature τ > 0 of ``softmax(cos/τ)`` (§4.3; 0.1 per SPEC §3.4, the paper's table is lost)."""
+    """Smoothing temperature τ > 0 of ``softmax(cos/τ)`` (§4.3; 0.1 is our default: ExTra's hyper-parameter table lists τ but its value did not survive the text we have)."""
     queue_size: int = 4096
     """Capacity of the guided-state FIFO (App. B.5: 4,096); the oldest entry is dropped when full."""
     max_guided_frac: float = 1.0

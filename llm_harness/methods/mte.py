@@ -1,4 +1,4 @@
-"""Mean Token Entropy of step prefixes and its embedding-smoothed argmin (ExTra §4.2–4.3; SPEC §3.4).
+"""Mean Token Entropy of step prefixes and its embedding-smoothed argmin (ExTra §4.2–4.3).
 
 Pure functions used by ExTra's regeneration (:mod:`llm_harness.methods.extra`):
 

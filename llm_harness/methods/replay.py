@@ -1,4 +1,4 @@
-"""Rollout-level |A| replay for GRPO as a trainer plug-in (SPEC §3.3; Replay paper Alg. 1).
+"""Rollout-level |A| replay for GRPO as a trainer plug-in (Replay paper Alg. 1).
 
 Each step, the groups the trainer kept (``step.kept``: this step's survivors of the zero-variance
 filter and of any keep plug-in such as DAPO's truncation — the *fresh survivors*, ``B'``

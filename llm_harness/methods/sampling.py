@@ -1,4 +1,4 @@
-"""Sampling plug-ins on the trainer's refill mechanism: Reinforce-Ada-Est reallocation and DAPO dynamic sampling (SPEC §3.1–3.2).
+"""Sampling plug-ins on the trainer's refill mechanism: Reinforce-Ada-Est reallocation and DAPO dynamic sampling (VSR App. D.5 "Prompt-level adaptive allocation"; DAPO).
 
 Both act through the same two stages of a step: a *refill* after a generation round asks for more
 samples (Reinforce-Ada-Est tops up existing states; DAPO asks for more fresh prompts from the
@@ -27,7 +27,7 @@ def allocate_counts(scores: np.ndarray, total: int, lo: int, hi: int) -> np.ndar
     """Integer counts ``N[i] ∈ [lo, hi]`` with ``Σ N = total`` and ``N ∝ scores`` as far as the box allows.
 
     Water-filling: find λ with ``Σ clip(λ s_i, lo, hi) = total`` by bisection, then round by largest
-    remainders inside the box (SPEC §3.2, Reinforce-Ada-Est reallocation). ``scores[i] >= 0``;
+    remainders inside the box (VSR App. D.5, Reinforce-Ada-Est reallocation). ``scores[i] >= 0``;
     all-zero scores give an even split.
     """
     s = np.asarray(scores, dtype=np.float64)
@@ -81,7 +81,7 @@ class AdaConfig:
 
 
 class ReinforceAdaEst(StartStateSource):
-    """Prompt-level reallocation (Reinforce-Ada-Est style, SPEC §3.2 ablation).
+    """Prompt-level reallocation (Reinforce-Ada-Est style, the VSR App. D.5 control).
 
     Stage 1 draws ``n_min`` samples from every start state; stage 2 (the first refill round) tops
     state ``x`` up to ``N_x`` with ``N_x ∝ sqrt(p̂(1 − p̂))`` (Neyman), ``p̂ = (k + 1)/(n + 2)`` from
@@ -128,7 +128,7 @@ class DapoConfig:
 
 
 class DynamicSampling(StartStateSource, GroupFilter):
-    """DAPO dynamic sampling: redraw fresh prompts until the step has ``B`` mixed groups (SPEC §3.1).
+    """DAPO dynamic sampling: redraw fresh prompts until the step has ``B`` mixed groups (DAPO).
 
     After each round, the deficit ``B − #mixed groups of this step − fresh prompts already requested
     this round`` is asked for from the shared fresh stream (every round's tokens are counted); the

@@ -1,4 +1,4 @@
-"""VSR as a trainer plug-in: a recency-windowed prefix buffer sampled ∝ σ̂ (SPEC §3.2; VSR Alg. 1).
+"""VSR as a trainer plug-in: a recency-windowed prefix buffer sampled ∝ σ̂ (VSR Alg. 1, App. D.2).
 
 After every step, each fresh group with a successful sample contributes that prompt's most
 recent successful trajectory τ (it replaces the prompt's previous one); its prefix states
