@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
     for name in study_names():
         study = get_study(name)
-        p = sub.add_parser(name, help=study.title, description=study.title)
+        p = sub.add_parser(name, help=study.title.replace("%", "%%"), description=study.title.replace("%", "%%"))
         docs = _field_docs(study.config_cls)
         hints = typing.get_type_hints(study.config_cls)
         group = p.add_argument_group("options")

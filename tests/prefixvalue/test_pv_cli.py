@@ -65,3 +65,14 @@ def test_python_dash_m_runs_a_study(tmp_path):
     assert f"results: {out}" in res.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert [c["alpha"] for c in summary["curve"]] == [0.0, 1.0]
+
+
+def test_help_of_every_study_renders(capsys):
+    """Titles and field docs hold '%' (e.g. '25/50/75% prefixes'): argparse must not read them as formats."""
+    from prefixvalue.registry import STUDIES
+
+    for name in [None, *STUDIES]:
+        with pytest.raises(SystemExit) as info:
+            cli.parse_config(["--help"] if name is None else [name, "--help"])
+        assert info.value.code == 0
+    assert "75% prefixes" in capsys.readouterr().out
