@@ -148,6 +148,11 @@ def load_math_jsonl(path: str | os.PathLike, fields: MathFields = MathFields(), 
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
+                if not out and line.strip() in ("[", "{"):  # a pretty-printed JSON document, not JSON Lines
+                    raise ValueError(
+                        f"{where}: this looks like a pretty-printed JSON {'array' if line.strip() == '[' else 'object'}; "
+                        f"the file must be JSON Lines (one problem object per line), e.g. "
+                        f"`jq -c '.[]' {path.name} > {path.stem}.jsonl`") from None
                 raise ValueError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
             out.append(_row_to_problem(row, fields, f"{path.name}:{line_no}", where))
             if max_rows is not None and len(out) >= max_rows:
