@@ -11,7 +11,7 @@ test-bed agent. This measures whether SynthLoc and MiniBoss fit the same design 
   (a) generation of ``turn_tokens`` new tokens for all rows in one ``backend.generate`` call (prefix
   sharing off, as the BabyAI configs run it) and (b) the trainer's loss pass, forward + backward of
   ``sequence_logprobs`` over the rows with a two-token reply as the target. The levels are timed
-  interleaved (A B C A B C ..., STYLE rule 13) and each level's seconds per turn is the median over
+  interleaved (A B C A B C ...) and each level's seconds per turn is the median over
   repeats, with its ratio to OneRoomS8's.
 * **Projection**: turns per update for the suite's batch (``states`` initial states x ``group`` episodes)
   between two bounds -- every episode as long as the expert's (all succeed) and every episode at the

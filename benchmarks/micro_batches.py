@@ -3,7 +3,7 @@
 The update is the first step of the agents suite's BabyAI job (``vsr compare --suite agents --regimes babyai``,
 method ``gigpo``, seed 0: 4 initial states x 8 episodes of the OneRoomS8 test-bed agent, ~500 turn rows of ~300
 tokens in one mini-batch). Each contender runs in its own process (so its peak resident memory, ``ru_maxrss``, is
-its own), one torch thread; repeats are interleaved (A B A B ...; STYLE rule 13). Reported per contender: the
+its own), one torch thread; repeats are interleaved (A B A B ...). Reported per contender: the
 loss pass (``time_train_s``: forward, backward, optimizer), the whole step, and the peak RSS; the median ratio
 one-pass / micro-batched with its min-max; and the update's loss and gradient norm, which must agree (the same
 generated batch, the same update up to float rounding). Quote the machine load with the numbers.

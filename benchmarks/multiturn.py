@@ -7,7 +7,7 @@ i.e. :func:`llm_harness.envs.episodes.run_episodes`): **batched** = all episodes
 run it), **looped** = one call per episode (one
 ``generate`` per turn per episode). Reported: turns per
 second of each, and the ratio batched / looped as the median over interleaved repeats (A B A B …)
-with its min–max (STYLE rule 13; target ≥ 4× on the test bed). Second measurement (the loss side of
+with its min–max (target ≥ 4× on the test bed). Second measurement (the loss side of
 a GiGPO step): the trainer's log-prob forward + backward over the turns of the batched episodes
 (one row per turn, ``build_batch``), without vs with ``share_prefix`` (the rows' common instruction
 run once), interleaved the same way; ``train_rows`` caps the rows (0: all). The model is a random Qwen2 shaped like

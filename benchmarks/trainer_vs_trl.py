@@ -4,7 +4,7 @@ Same model, task (step arithmetic), batch (``prompts`` x ``group_size``), sampli
 top-k off, same response budget), loss (token-level DAPO aggregation, clip 0.2 / 0.28, no KL) and
 optimizer (AdamW, same lr, grad clip 1); one optimizer step per batch; same torch thread count.
 
-Design (STYLE rule 9; the issue's "honest benchmark"):
+Design (the issue's "honest benchmark"):
 
 * **Interleaved repeats.** Repeat ``r`` runs every contender once, in the order of ``contenders``
   (A B A B ... over the repeats), each from a fresh load of the same checkpoint with seed

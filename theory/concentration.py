@@ -2,7 +2,7 @@
 
 Each radius ``t`` satisfies ``Pr(|mean_n - E X| >= t) <= delta`` under the stated conditions,
 so a test that asserts ``|mean_n - exact| < t`` fails spuriously with probability <= delta
-(STYLE.md: calibrated false-failure rates, never hand-tuned tolerances).
+(calibrated false-failure rates, never hand-tuned tolerances).
 """
 
 from __future__ import annotations

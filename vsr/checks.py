@@ -1,4 +1,4 @@
-"""The one number checker of the project (STYLE rule 12): :func:`check_number`.
+"""The one number checker of the project: :func:`check_number`.
 
 Config fields and function arguments that must be a finite number (or an int) in a range call
 ``check_number(name, v, lo, hi, ...)``; the ``ValueError`` starts with the field's name so the

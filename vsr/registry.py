@@ -1,4 +1,4 @@
-"""One generic registry type for every name -> entry table of the project (STYLE rules 2 and 12).
+"""One generic registry type for every name -> entry table of the project.
 
 A :class:`Registry` is a read-only mapping with a ``register`` decorator: a second entry under a
 name already taken is refused, and looking up an unknown name raises a ``ValueError`` that names

@@ -1,4 +1,4 @@
-"""The one seed derivation of the project (STYLE rule 12): ``derive_seed(*parts) -> [0, 2**31 - 1)``.
+"""The one seed derivation of the project: ``derive_seed(*parts) -> [0, 2**31 - 1)``.
 
 Every sampling stream (the trainer's rollouts, replay and VSR draws, validation, the test-bed
 evaluation, the prefix-value studies) gets its seed from a BLAKE2b hash of its parts, so a

@@ -445,7 +445,7 @@ def _forest_width(labels: Sequence[str]) -> float:
 
 def _forest(ax: Any, labels: Sequence[str], diffs: Sequence[tuple[float, float, float]], title: str, xlabel: str,
             scale: float = 100.0) -> None:
-    """Paired differences (x ``scale``: fractions to points by default) with their intervals, sorted by the mean (STYLE 14)."""
+    """Paired differences (x ``scale``: fractions to points by default) with their intervals, sorted by the mean."""
     order = sorted(range(len(labels)), key=lambda i: diffs[i][0] if _finite(diffs[i][0]) else -np.inf)
     y = np.arange(len(order))
     for yi, i in zip(y, order):
@@ -758,7 +758,7 @@ def passk_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out:
     return lines
 
 
-#: arms drawn in the dynamics and efficiency figures (at most ~6 per panel, STYLE 14)
+#: arms drawn in the dynamics and efficiency figures (at most ~6 per panel)
 _FIGURE_ARMS = ("grpo", "dapo", "extra_n", "extra_r", "extra_full")
 #: per-step metrics of ExTra Fig. 2: the trainer's policy entropy and the plug-in's novelty bonus
 _DYNAMICS = (("entropy", "policy entropy of the trained tokens (nats)"),

@@ -1,4 +1,4 @@
-"""The GRPO training loop: one step value through typed stages (GRPO: Replay §3, Eq. 1–2; STYLE rules 8, 11).
+"""The GRPO training loop: one step value through typed stages (GRPO: Replay §3, Eq. 1–2).
 
 One step (:class:`~llm_harness.trainer.step.Step` flows through; each line fills one field)::
 

@@ -1,4 +1,4 @@
-"""The trainer's interfaces: the typed context, the plug-in points and the plug-in registry (STYLE rules 8, 11).
+"""The trainer's interfaces: the typed context, the plug-in points and the plug-in registry.
 
 Every plug-in point receives the step value (:class:`~llm_harness.trainer.step.Step`, read-only)
 and the :class:`TrainContext` (read-only), and returns a typed result holding what it computed

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: one registry for the trainer and the test-bed SFT (STYLE rules 2 and 12).
+"""Learning-rate schedules: one registry for the trainer and the test-bed SFT.
 
 A schedule is a linear warm-up over ``warmup`` steps, ``(s + 1) / warmup`` at 0-based step
 ``s < warmup``, followed by a *decay shape* ``shape(frac)`` of the progress after warm-up,

@@ -1,4 +1,4 @@
-"""One training step as one typed value, and the typed results plug-in stages return (STYLE rule 11).
+"""One training step as one typed value, and the typed results plug-in stages return.
 
 A :class:`Step` flows through the stages of :meth:`llm_harness.trainer.loop.Trainer.train_step`
 in order; each stage returns a new value (``dataclasses.replace``) with its field filled::

@@ -120,7 +120,7 @@ def test_thm_b5_exact_on_uniform_tabular_policy(grid):
 # The one-call path: appendix_b_report(mdp, pi), tabular softmax scores in closed form
 # ------------------------------------------------------------------------------------------
 
-#: rtol = 4 sqrt(eps) (STYLE); absolute floors are scaled to each field's magnitude below.
+#: rtol = 4 sqrt(eps) (the project's tolerance convention); absolute floors are scaled to each field's magnitude below.
 RTOL = 4.0 * float(np.sqrt(np.finfo(np.float64).eps))
 #: Fields on the scale of the variance V (floored by V(d) + ||grad||^2), the rest are O(1).
 _V_FIELDS = {"V_on_policy", "V_mu_var", "V_mu_eps", "V_optimal", "exact_gap", "clean_gap", "b8_gap", "jensen", "coupling"}

@@ -4,7 +4,7 @@ A check draws one random instance from a ``numpy.random.Generator`` and returns 
 :class:`Comparison` objects (an identity ``lhs == rhs`` or an inequality ``lhs <= rhs``).
 The runner evaluates each comparison with ``rtol = 4*sqrt(eps)`` and an absolute floor scaled
 to the magnitude of the quantities involved (``Comparison.scale``), following the NumPy/SciPy
-test conventions in STYLE.md.
+test conventions of the project.
 """
 
 from __future__ import annotations

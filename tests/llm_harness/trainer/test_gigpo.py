@@ -28,7 +28,7 @@ from llm_harness.trainer.gigpo import (
     gigpo_advantages,
 )
 
-TOL = 4 * math.sqrt(np.finfo(float).eps)  # STYLE: rtol 4·sqrt(eps), absolute floor scaled to magnitude
+TOL = 4 * math.sqrt(np.finfo(float).eps)  # rtol 4·sqrt(eps), absolute floor scaled to magnitude
 
 # ---------------------------------------------------------------------------- hand-worked example
 # Two episode groups, γ = 0.5 (columns: group, episode, turn, reward, anchor, penalty):
