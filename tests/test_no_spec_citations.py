@@ -1,6 +1,6 @@
-"""No module cites "SPEC §…" (issue 40).
+"""No module cites "SPEC §…" or "STYLE rule …" (issue 40).
 
-SPEC was a working note outside the repository, so a user cannot follow such a citation. Cite the
+SPEC and STYLE were working notes outside the repository, so a user cannot follow such a citation. Cite the
 papers instead (e.g. "VSR App. B, Lemma B.1", "Replay §3, Eq. 1", "ExTra §5.6") or documentation
 inside the repository (a module's docstring, README.md, configs/).
 """
@@ -13,14 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIXES = (".py", ".md", ".yaml", ".toml")
-#: "SPEC §3.2", "SPEC section 1", "SPEC 1.5"
-PATTERN = re.compile(r"SPEC ?(§|section|\d)")
+#: "SPEC §3.2", "SPEC section 1", "SPEC 1.5", "STYLE rule 12", "STYLE 14", "STYLE.md"
+PATTERN = re.compile(r"SPEC ?(§|section|\d)|STYLE( ?(rules?|\d)|\.md)")
 #: top-level folders never scanned: generated figures and their notes, run outputs
 SKIP_TOP = {"figures", "runs", "out", "build", "dist"}
-
-# issue 40: cleared in a follow-up
-NOT_YET: tuple[str, ...] = ()
-
 
 def _files() -> list[Path]:
     """The scanned files, pruning dot-folders (``.git``, ``.venv*``), caches and :data:`SKIP_TOP`."""
@@ -47,11 +43,5 @@ def _hits() -> dict[str, list[str]]:
 
 def test_no_module_cites_spec():
     hits = _hits()
-    lines = [line for rel, found in hits.items() if rel not in NOT_YET for line in found]
-    assert lines == [], "cite the papers or in-repo docs instead of SPEC:\n" + "\n".join(lines)
-
-
-def test_not_yet_entries_still_have_hits():
-    # an entry whose file no longer cites SPEC should be removed from NOT_YET
-    hits = _hits()
-    assert [rel for rel in NOT_YET if rel not in hits] == []
+    lines = [line for found in hits.values() for line in found]
+    assert lines == [], "cite the papers or in-repo docs instead of SPEC / STYLE:\n" + "\n".join(lines)
