@@ -283,7 +283,7 @@ def variance_table(traces: list[LearnerTrace]):
 
 def paired_difference(traces: list[LearnerTrace], a: str, b: str, *, window: int = 20) -> dict:
     """Seed-paired difference of mean J over the last ``window`` updates (a - b) with a t-based 95% CI."""
-    from scipy import stats
+    from theory.metrics import t_interval
 
     by = {(tr.method, tr.seed): tr for tr in traces}
     seeds = sorted({tr.seed for tr in traces if tr.method == a} & {tr.seed for tr in traces if tr.method == b})
@@ -292,5 +292,5 @@ def paired_difference(traces: list[LearnerTrace], a: str, b: str, *, window: int
     mean = float(diffs.mean())
     if n < 2:
         return {"a": a, "b": b, "n": n, "mean": mean, "lo": float("nan"), "hi": float("nan")}
-    half = float(stats.t.ppf(0.975, n - 1) * diffs.std(ddof=1) / np.sqrt(n))
-    return {"a": a, "b": b, "n": n, "mean": mean, "lo": mean - half, "hi": mean + half}
+    _, lo, hi = t_interval(diffs)
+    return {"a": a, "b": b, "n": n, "mean": mean, "lo": lo, "hi": hi}

@@ -46,17 +46,10 @@ def register_section(name: str):
 
 
 def seed_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: Student-t interval of the mean over seeds (nan bounds for fewer than 2)."""
-    from scipy import stats
+    """``(mean, lo, hi)``: Student-t interval of the mean over seeds (``theory.metrics.t_interval``)."""
+    from theory.metrics import t_interval
 
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
-    if v.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    m = float(v.mean())
-    if v.size < 2:
-        return m, float("nan"), float("nan")
-    h = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    return m, m - h, m + h
+    return t_interval(values, confidence)
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -34,8 +34,11 @@ class Contrast:
 
 
 def paired_contrast(diffs: Sequence[float], confidence: float = 0.95) -> Contrast:
-    """Mean, Student-t interval and two-sided p-value of per-seed differences (non-finite ones dropped)."""
+    """Mean, Student-t interval (``theory.metrics.t_interval``) and two-sided p-value of per-seed differences
+    (non-finite ones dropped)."""
     from scipy import stats
+
+    from theory.metrics import t_interval
 
     d = np.asarray([x for x in diffs if x is not None and np.isfinite(x)], dtype=np.float64)
     n = int(d.size)
@@ -46,12 +49,12 @@ def paired_contrast(diffs: Sequence[float], confidence: float = 0.95) -> Contras
         return Contrast(1, m, math.nan, math.nan, math.nan, math.nan)
     sd = float(d.std(ddof=1))
     se = sd / math.sqrt(n)
-    h = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    _, lo, hi = t_interval(d, confidence)
     if se == 0.0:
         p = math.nan if m == 0.0 else 0.0
     else:
         p = float(2 * stats.t.sf(abs(m) / se, n - 1))
-    return Contrast(n, m, sd, m - h, m + h, p)
+    return Contrast(n, m, sd, lo, hi, p)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -25,14 +25,9 @@ import numpy as np
 from llm_harness.tasks import Problem
 from llm_harness.trainer.data import StartState, completion_ids
 from llm_harness.trainer.rollout import sample_groups
-from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu
+from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu, t_interval
 from vsr.seeding import derive_seed
 
-
-def _t975(df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
 
 __all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify",
            "validation_aes"]
@@ -198,8 +193,8 @@ def evaluate_policy(
     # per-problem counts (problems are the independent units: a paired before/after comparison needs them)
     # and a 95 % Student-t interval of avg@k with problems as clusters
     per = correct.mean(axis=1)
-    half = (float(_t975(len(per) - 1) * per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else float("nan"))
-    out["avg_at_k_ci"] = [float(per.mean()) - half, float(per.mean()) + half]
+    _, lo, hi = t_interval(per)
+    out["avg_at_k_ci"] = [lo, hi]
     out["problem_ids"] = [str(p.id) for p in problems]
     out["problem_correct"] = [int(x) for x in correct.sum(axis=1)]
     if reference is not None and reference.get("avg_at_k"):

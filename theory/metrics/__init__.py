@@ -5,6 +5,7 @@
 * :mod:`theory.metrics.correlation`: Pearson/Spearman with Fisher-z or bootstrap CIs, and
   within-group correlation averaged through Fisher's z (ExTra App. C.1).
 * :mod:`theory.metrics.diversity`: Distinct-n, Self-BLEU, LogDet(I + alpha K) (ExTra §5.4).
+* :mod:`theory.metrics.intervals`: the project's one Student-t interval of a mean.
 
 Everything public is re-exported here.
 """
@@ -35,9 +36,11 @@ from theory.metrics.diversity import (
     self_bleu,
 )
 from theory.metrics.efficiency import AES_BETA_GAIN, AES_BETA_LOSS, AESTerms, aes, aes_terms
+from theory.metrics.intervals import t_interval
 from theory.metrics.passk import avg_at_k, correct_matrix, pass_at_k, pass_at_k_table
 
 __all__ = [
+    "t_interval",
     # pass@k
     "pass_at_k",
     "avg_at_k",
