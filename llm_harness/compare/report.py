@@ -53,10 +53,9 @@ def seed_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
-    p = run_dir / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    from llm_harness.trainer.runlog import read_metrics
+
+    return read_metrics(run_dir / "metrics.jsonl")
 
 
 def mixed_key(rows: Sequence[dict], origin: str = "fresh") -> str:

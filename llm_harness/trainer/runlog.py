@@ -39,16 +39,28 @@ def _clean(v: Any) -> Any:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl`` file (missing file: empty list; a torn last line is skipped)."""
+    """Rows of a ``metrics.jsonl`` file, the project's one reader of it: a missing file gives no rows; a torn
+    last line (a run killed while writing it) is skipped; any other line that is not a JSON object is an error
+    naming ``file:line`` (a resume recovers such a row from ``metrics.csv``: :class:`MetricsWriter`)."""
     p = Path(path)
     if not p.is_file():
         return []
+    lines = p.read_bytes().split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
     rows = []
-    for line in p.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+    for i, raw in enumerate(lines):
+        if not raw.strip():
             continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if i == len(lines) - 1:
+                continue
+            raise ValueError(f"{p}:{i + 1}: damaged metrics row ({exc})") from None
+        rows.append(row)
     return rows
 
 

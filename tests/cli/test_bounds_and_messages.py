@@ -161,3 +161,15 @@ def test_a_pass_too_large_for_the_machine_is_refused_before_the_first_step(tmp_p
     assert not (tmp_path / "run").exists()  # refused before anything was written
     monkeypatch.setenv("VSR_NO_MEMORY_CHECK", "1")
     assert train(cfg) == 0
+
+
+def test_the_one_metrics_reader_skips_a_torn_last_line_and_names_other_damage(tmp_path):
+    from llm_harness.trainer.runlog import read_metrics
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"step": 0}\n{"step": 1}\n{"step": 2, "lo')
+    assert [r["step"] for r in read_metrics(p)] == [0, 1]
+    p.write_text('{"step": 0}\n{"ste\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: damaged metrics row"):
+        read_metrics(p)
+    assert read_metrics(tmp_path / "missing.jsonl") == []
