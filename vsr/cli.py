@@ -81,7 +81,7 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
     "env list": CommandSpec("llm_harness.envs.cli:list_envs", "Registered text environments (Sokoban, BabyAI levels) with one-line descriptions."),
     "env play": CommandSpec("llm_harness.envs.cli:play", "Play an environment episode in the terminal: type actions, or step through the expert (--expert)."),
     "pool select": CommandSpec(
-        "llm_harness.trainer.pool:select_command", "Select a fixed pool of hard training prompts (at most m successes in n samples)."
+        "llm_harness.pool_selection:select_command", "Select a fixed pool of hard training prompts (at most m successes in n samples)."
     ),
     "model import": CommandSpec(
         "llm_harness.models.gguf_import:import_command",

@@ -247,7 +247,7 @@ def prepare_pool(cfg: CompareConfig) -> Path | None:
     import torch
 
     from llm_harness.compare.suite import CONFIG_DIR
-    from llm_harness.trainer.pool import PoolSelection, pool_is_current, select_to_file, selection_config
+    from llm_harness.pool_selection import PoolSelection, pool_is_current, select_to_file, selection_config
 
     sel = PoolSelection(**{**dict(suite.pool.selection), **(QUICK_POOL if cfg.quick else {})})
     tcfg = selection_config(CONFIG_DIR / suite.pool.config, run_dir=str(path.parent / "_pool_run"))

@@ -79,7 +79,7 @@ class PoolSpec:
     config: str
     """Config under ``configs/`` whose model, task and rollout settings the selection uses."""
     selection: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of :class:`llm_harness.trainer.pool.PoolSelection`."""
+    """Fields of :class:`llm_harness.pool_selection.PoolSelection`."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "DEFAULT_DDOF",
     "GRPO_EPS",
+    "episode_group_advantages",
     "estimate_advantages",
     "group_advantages",
     "informative",
@@ -131,7 +132,7 @@ def estimate_advantages(name: str, groups: Sequence[RolloutGroup], eps: float = 
                         ddof: int = DEFAULT_DDOF, params: Mapping[str, Any] | None = None) -> list[RolloutGroup]:
     """Groups without advantages get estimator ``name``'s; groups that carry theirs (replayed
     rollouts) are returned unchanged. Multi-turn groups (``group.multiturn``) are normalised per
-    episode (:func:`llm_harness.trainer.multiturn.episode_group_advantages`); ``params`` are the
+    episode (:func:`episode_group_advantages`); ``params`` are the
     estimator's parameters (``algo.advantage_params``)."""
     params = dict(params or {})
     todo = [i for i, g in enumerate(groups) if g.advantages is None and not g.multiturn]
@@ -147,8 +148,6 @@ def estimate_advantages(name: str, groups: Sequence[RolloutGroup], eps: float = 
         for i, a in zip(todo, advs):
             out[i] = groups[i].with_advantages(a)
     if multi:
-        from llm_harness.trainer.multiturn import episode_group_advantages
-
         for i in multi:
             out[i] = groups[i].with_advantages(episode_group_advantages(name, groups[i], eps, ddof, params))
     return out
@@ -185,3 +184,17 @@ def informative(group: RolloutGroup) -> bool:
     if group.advantages is None:
         raise ValueError("group: advantages not computed")
     return bool(np.any(np.abs(group.advantages) > 0))
+
+
+def episode_group_advantages(name: str, g: RolloutGroup, eps: float, ddof: int, params: Mapping[str, Any]) -> np.ndarray:
+    """Per-row advantages of a multi-turn group (``llm_harness.trainer.multiturn`` module doc): ``gigpo`` from the episode and step
+    structure, any other estimator on the episode returns, broadcast to each episode's turns."""
+    est = ADVANTAGE_ESTIMATORS.lookup(name, where="algo.advantage")
+    for_episodes = getattr(est, "for_episodes", None)
+    if for_episodes is not None:
+        return for_episodes(g, eps, ddof, params)
+    if params:
+        raise ValueError(f"algo.advantage_params: the {name!r} estimator takes no parameters, got {sorted(params)}")
+    ep = g.info["episode"]
+    a_ep = group_advantages(name, [np.asarray(g.info["episode_return"], dtype=np.float64)], eps, ddof)[0]
+    return a_ep[ep]

@@ -219,14 +219,6 @@ class AlgoConfig:
         check_number("max_gen_rounds", self.max_gen_rounds, 1, LIMITS["max_gen_rounds"], integer=True)
         check_number("ppo_epochs", self.ppo_epochs, 1, LIMITS["ppo_epochs"], integer=True)
         check_number("mini_batches", self.mini_batches, 1, LIMITS["mini_batches"], integer=True)
-        from llm_harness.trainer.advantages import ADVANTAGE_ESTIMATORS
-        from llm_harness.trainer.losses import AGGREGATIONS, OBJECTIVES
-        from llm_harness.trainer import multiturn  # noqa: F401  (registers the 'multiturn' collector)
-        from llm_harness.trainer.rollout import COLLECTORS
-
-        for name, reg in (("collector", COLLECTORS), ("objective", OBJECTIVES), ("advantage", ADVANTAGE_ESTIMATORS),
-                          ("loss_agg", AGGREGATIONS)):
-            reg.check(getattr(self, name), where=name)  # the registries own the names
         _choice("old_logprobs", self.old_logprobs, ("behaviour", "recompute"))
         for name in ("filter_zero_variance", "dynamic_sampling"):
             if not isinstance(getattr(self, name), bool):

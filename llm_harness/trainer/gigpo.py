@@ -74,7 +74,7 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from llm_harness.trainer.config import check_number
+from vsr.checks import check_number
 from vsr.registry import Registry
 
 __all__ = [

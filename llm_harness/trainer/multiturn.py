@@ -43,13 +43,14 @@ from llm_harness.envs.episodes import EpisodeResult, EpisodeStart, run_episodes,
 from llm_harness.envs.prompt import Turn
 from llm_harness.tasks import ParseStatus, VerifyResult
 from llm_harness.trainer.data import RolloutGroup, StartState
+from llm_harness.trainer.advantages import episode_group_advantages  # noqa: F401  (its home before; re-exported)
 from llm_harness.trainer.rollout import CollectStats, register_collector
 from vsr.seeding import derive_seed
 
 if TYPE_CHECKING:
     from llm_harness.trainer.plugins import TrainContext
 
-__all__ = ["agent_group_metrics", "episode_group", "episode_group_advantages", "episode_start", "evaluate_agent", "expert_episode_states", "multiturn_groups",
+__all__ = ["agent_group_metrics", "episode_group", "episode_start", "evaluate_agent", "expert_episode_states", "multiturn_groups",
            "play_episodes", "turn_prompt"]
 
 
@@ -218,17 +219,3 @@ def multiturn_groups(states: Sequence[StartState], *, step: int, round: int, ctx
                                 samples=sum(len(eps) for eps in by_state))
 
 
-def episode_group_advantages(name: str, g: RolloutGroup, eps: float, ddof: int, params: Mapping[str, Any]) -> np.ndarray:
-    """Per-row advantages of a multi-turn group (module doc): ``gigpo`` from the episode and step
-    structure, any other estimator on the episode returns, broadcast to each episode's turns."""
-    from llm_harness.trainer.advantages import ADVANTAGE_ESTIMATORS, group_advantages
-
-    est = ADVANTAGE_ESTIMATORS.lookup(name, where="algo.advantage")
-    for_episodes = getattr(est, "for_episodes", None)
-    if for_episodes is not None:
-        return for_episodes(g, eps, ddof, params)
-    if params:
-        raise ValueError(f"algo.advantage_params: the {name!r} estimator takes no parameters, got {sorted(params)}")
-    ep = g.info["episode"]
-    a_ep = group_advantages(name, [np.asarray(g.info["episode_return"], dtype=np.float64)], eps, ddof)[0]
-    return a_ep[ep]

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from llm_harness.trainer.config import TaskConfig
-from llm_harness.trainer.pool import PoolSelection, load_pool, restrict_to_pool, select_pool, write_pool
+from llm_harness.pool_selection import PoolSelection, select_pool
+from llm_harness.trainer.pool import load_pool, restrict_to_pool, write_pool
 from llm_harness.trainer.entry import build_trainer
 from llm_harness.trainer.testing import ToyTask, make_trainer, tiny_config
 
@@ -89,7 +90,7 @@ def test_a_run_on_a_pool_draws_only_pool_prompts_and_they_recur(tmp_path):
 
 
 def test_pool_select_command_writes_a_loadable_pool(tmp_path):
-    from llm_harness.trainer.pool import PoolSelectConfig, select_command
+    from llm_harness.pool_selection import PoolSelectConfig, select_command
     from vsr.config_io import save_config
 
     cfg = tiny_config(str(tmp_path / "run"))

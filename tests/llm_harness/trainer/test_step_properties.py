@@ -193,5 +193,9 @@ def test_resume_is_bit_identical_with_every_plugin_on(tmp_path):
 def test_the_old_dynamic_sampling_flag_points_to_the_plugin():
     with pytest.raises(ValueError, match=r"dynamic_sampling: .*plugins: \{dapo: \{\}\}"):
         AlgoConfig(dynamic_sampling=True)
+    from llm_harness.trainer.config import TrainConfig
+    from llm_harness.trainer.loop import check_registries
+
+    cfg = TrainConfig(algo=AlgoConfig(collector="nope"))  # the config is data; the registries are checked in one place
     with pytest.raises(ValueError, match=r"collector: unknown collector 'nope'; registered: \['expert', 'generate', 'multiturn'\]"):
-        AlgoConfig(collector="nope")
+        check_registries(cfg)
