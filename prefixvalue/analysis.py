@@ -86,8 +86,8 @@ def within_dict(x, y, groups, method: str, *, confidence: float = 0.95, ci_metho
 
 def mean_success(correct: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
     """Mean success of ``correct[group, sample]`` with a cluster-aware interval (groups independent;
-    Korn–Graubard Clopper–Pearson, ``llm_harness.testbed.stats.clustered_interval``)."""
-    from llm_harness.testbed.stats import clustered_interval
+    Korn–Graubard Clopper–Pearson, ``theory.metrics.binomial.clustered_interval``)."""
+    from theory.metrics.binomial import clustered_interval
 
     acc, lo, hi = clustered_interval(np.asarray(correct), confidence)
     return {"mean": float(acc), "lo": float(lo), "hi": float(hi), "n_groups": int(np.asarray(correct).shape[0])}
@@ -95,7 +95,7 @@ def mean_success(correct: np.ndarray, confidence: float = 0.95) -> dict[str, flo
 
 def rate_interval(k: int, n: int, confidence: float = 0.95) -> dict[str, float]:
     """A fraction ``k / n`` of independent groups with its Clopper–Pearson interval."""
-    from llm_harness.testbed.stats import clopper_pearson
+    from theory.metrics.binomial import clopper_pearson
 
     lo, hi = clopper_pearson(int(k), int(n), confidence)
     return {"rate": k / n if n else float("nan"), "lo": float(lo), "hi": float(hi), "k": int(k), "n": int(n)}

@@ -13,7 +13,7 @@ from prefixvalue.config import StudyConfig, config_json, identity_dict, resolve
 from prefixvalue.registry import Study, get_study
 from prefixvalue.store import strict_json
 
-__all__ = ["NoEligibleProblemsError", "as_study_config", "reanalyze_study", "resolved_config", "run_study"]
+__all__ = ["NoEligibleProblemsError", "as_study_config", "model_label", "reanalyze_study", "resolved_config", "run_study"]
 
 
 class NoEligibleProblemsError(ValueError):
@@ -128,7 +128,7 @@ def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, coll
     summary = {
         "study": study.name,
         "title": study.title,
-        "model": cfg.model,
+        "model": model_label(cfg.model),
         "backend": cfg.backend,
         "task": cfg.task,
         "split": cfg.split,
@@ -144,6 +144,12 @@ def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, coll
     write_text(out / "summary.md", text)
     study.plot(table, summary, out)
     print(text, flush=True)
+
+
+def model_label(model: str) -> str:
+    """How a model is named in titles and tables: a registered, test-bed or hub name as given, a local folder by its
+    last component (an imported model's cache folder is long; the full path stays in the summary's ``config``)."""
+    return Path(model).name if ("/" in model or "\\" in model) and Path(model).is_dir() else model
 
 
 def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:

@@ -88,7 +88,7 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
         "GGUF file or named model (smollm2-135m-instruct) -> verified safetensors model folder (prints its path).",
     ),
     "model card": CommandSpec(
-        "llm_harness.models.card:card_command",
+        "llm_harness.model_card:card_command",
         "Card of a real model on the arithmetic ladder: pass-rate histogram at T=1, continuation vs alpha, lengths.",
     ),
     "compare": CommandSpec(

@@ -23,7 +23,7 @@ FIGURES: Registry[tuple[str, str]] = Registry("figure", {
     "gridworld_svmd": ("gridworld.svmd_experiment:make_svmd_figure", "SVMD measured gap vs the Theorem C.5 bound as T, N_h, eps vary"),
     "prefixvalue": ("prefixvalue.figures:make_prefixvalue_figures", "the five Monte-Carlo prefix-value studies on the test bed (quick sizes)"),
     "training_curve": ("llm_harness.trainer.figures:make_training_curve_figure", "short GRPO run from the test-bed 'mid' checkpoint"),
-    "vsr_curriculum": ("llm_harness.compare.suite:make_curriculum_figure", "VSR's reverse curriculum on the test bed: replayed alpha, success vs alpha, mixed groups over training (small vsr_regime run)"),
+    "vsr_curriculum": ("llm_harness.compare.runner:make_curriculum_figure", "VSR's reverse curriculum on the test bed: replayed alpha, success vs alpha, mixed groups over training (small vsr_regime run)"),
     "testbed_agents": ("llm_harness.testbed.figures:make_agent_figures", "test-bed agents' continuation success vs alpha (from their cards)"),
 })
 

@@ -26,71 +26,21 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from llm_harness.compare.section_base import (  # noqa: F401  (re-exported: report's public helpers before)
+    SECTIONS,
+    _mean,
+    _rows,
+    last_row_value,
+    mixed_key,
+    moving_mean,
+    register_section,
+    seed_interval,
+)
 from llm_harness.compare.stats import holm, paired_contrast, paired_power, seeds_for_power
 from llm_harness.compare.suite import SUITES
 from vsr.atomic import save_figure, write_json, write_text
-from vsr.registry import Registry
 
 __all__ = ["SECTIONS", "register_section", "seed_interval", "summarise", "write_report"]
-
-#: name -> ``fn(cfg, jobs, summary, suite, out) -> list[str]`` (markdown lines; may save figures in ``out``)
-SECTIONS: Registry[Any] = Registry("report section")
-
-
-def register_section(name: str):
-    """Decorator: add a report section a suite can name in ``Suite.sections``."""
-    def deco(fn):
-        SECTIONS.add(name, fn)
-        return fn
-    return deco
-
-
-def seed_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: Student-t interval of the mean over seeds (``theory.metrics.t_interval``)."""
-    from theory.metrics import t_interval
-
-    return t_interval(values, confidence)
-
-
-def _rows(run_dir: Path) -> list[dict[str, Any]]:
-    from llm_harness.trainer.runlog import read_metrics
-
-    return read_metrics(run_dir / "metrics.jsonl")
-
-
-def mixed_key(rows: Sequence[dict], origin: str = "fresh") -> str:
-    """The metric of a run's mixed-group fraction for ``origin``: agents log ``success_mixed_frac_*`` (a group
-    whose episodes' successes differ; their returns almost always do), single-turn runs ``mixed_frac_*``."""
-    agent = any("success_mixed_frac_fresh" in r for r in rows)
-    return f"{'success_' if agent else ''}mixed_frac_{origin}"
-
-
-def last_row_value(rows: list[dict], key: str) -> float:
-    """The last finite value of ``key`` in a run's metric rows (nan if none)."""
-    for r in reversed(rows):
-        v = r.get(key)
-        if isinstance(v, (int, float)) and np.isfinite(v):
-            return float(v)
-    return float("nan")
-
-
-def _mean(rows: Sequence[dict], key: str, lo: int = 0, hi: int | None = None) -> float:
-    """Mean of the finite numeric values of ``key`` in ``rows[lo:hi]`` (nan if none)."""
-    v = [r[key] for r in rows[lo:hi] if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
-    return float(np.mean(v)) if v else float("nan")
-
-
-def moving_mean(y: np.ndarray, w: int) -> np.ndarray:
-    """Centred moving mean of width ``w`` over finite entries (nan where a window has none)."""
-    y = np.asarray(y, dtype=np.float64)
-    out = np.full_like(y, np.nan)
-    for i in range(len(y)):
-        seg = y[max(0, i - w // 2): i + w // 2 + 1]
-        seg = seg[np.isfinite(seg)]
-        if seg.size:
-            out[i] = seg.mean()
-    return out
-
 
 def summarise(cfg: Any, jobs: Sequence[Any]) -> dict[str, Any]:
     """Per regime: the base evaluation and, per method, seed-level finals and per-update means."""

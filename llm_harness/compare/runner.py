@@ -529,3 +529,10 @@ def _run_locked(cfg: CompareConfig) -> int:
     path = write_report(cfg, current, train_wall_s=wall if todo else None, missing=absent)
     print(f"report: {path}", flush=True)
     return 1 if failures else 0
+
+
+def make_curriculum_figure(out_dir: Any, quick: bool = False) -> int:
+    """``make figures`` entry: suite ``vsr_regime_small`` (``--quick``: smoke sizes) into ``out_dir``, whose
+    ``curriculum_sparse.png`` is VSR's reverse curriculum on the test bed (issue 13 item 2)."""
+    # records off: `make figures` regenerates the figure rather than restoring the committed runs
+    return run(CompareConfig(suite="vsr_regime_small", out=Path(out_dir), quick=quick, workers=2, records=False))

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _mean, _rows, mixed_key, moving_mean, register_section, seed_interval
+from llm_harness.compare.section_base import _mean, _rows, mixed_key, moving_mean, register_section, seed_interval
 from llm_harness.compare.stats import holm, paired_contrast, paired_power, seeds_for_power
 from llm_harness.methods.vsr import CURRICULUM_BINS
 from vsr.atomic import save_figure

@@ -274,12 +274,3 @@ register_suite(
         sections=("pool", "curriculum"),
     )
 )
-
-
-def make_curriculum_figure(out_dir: Any, quick: bool = False) -> int:
-    """``make figures`` entry: suite ``vsr_regime_small`` (``--quick``: smoke sizes) into ``out_dir``, whose
-    ``curriculum_sparse.png`` is VSR's reverse curriculum on the test bed (issue 13 item 2)."""
-    from llm_harness.compare.runner import CompareConfig, run
-
-    # records off: `make figures` regenerates the figure rather than restoring the committed runs
-    return run(CompareConfig(suite="vsr_regime_small", out=Path(out_dir), quick=quick, workers=2, records=False))

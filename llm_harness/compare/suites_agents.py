@@ -108,7 +108,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _mean, register_section
+from llm_harness.compare.section_base import _mean, register_section
 from llm_harness.compare.suite import Method, Regime, Suite, register_suite
 
 __all__ = ["AGENT_METHODS", "BABYAI_OVERRIDES", "BABYAI_SIZES", "BUDGET_SIZES", "SUITE_SIZES", "agent_summary", "format_agent_summary"]

@@ -73,7 +73,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from llm_harness.compare.report import _rows, moving_mean, register_section, seed_interval
+from llm_harness.compare.section_base import _rows, moving_mean, register_section, seed_interval
 from llm_harness.compare.stats import holm, paired_contrast, paired_power
 from llm_harness.compare.suite import SUITES, Method, PoolSpec, Regime, Suite, register_suite
 from vsr.atomic import save_figure, write_text

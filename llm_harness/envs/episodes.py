@@ -254,7 +254,7 @@ def play_turn(env: TextEnv, turns: list[Turn], observation: str, prompt: str, pr
     ``prompt`` is the reply to ``observation``; the environment steps on its text. Appends the shown turn to
     ``turns`` and returns ``(the turn, the next observation, done)`` — the one step of :func:`run_episodes`
     and of the verl agent loop (``llm_harness.integrations.verl.env_loop``)."""
-    from llm_harness.trainer.evaluation import completion_text
+    from llm_harness.backends.completions import completion_text
 
     snap = env.snapshot()
     reply = completion_text(codec, sample.token_ids, sample.finish_reason == "stop")

@@ -64,7 +64,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from llm_harness.methods.embedders import EMBEDDERS, Embedder, build_embedder
+from llm_harness.embedders import EMBEDDERS, Embedder, build_embedder
 from llm_harness.methods.mte import char_to_token_cuts, mean_token_entropy, select_prefix, step_char_cuts
 from llm_harness.trainer.advantages import DEFAULT_DDOF, GRPO_EPS, group_advantages
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState, problem_index, start_state_from_plain, start_state_to_plain

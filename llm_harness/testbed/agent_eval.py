@@ -32,7 +32,7 @@ import numpy as np
 
 from llm_harness.envs.episodes import EpisodeResult, EpisodeStart, run_episodes
 from llm_harness.testbed.agents import AGENT_FAMILIES, EVAL_SEEDS, family_env
-from llm_harness.testbed.stats import clustered_wilson
+from theory.metrics.binomial import clustered_wilson
 from vsr.checks import check_number
 from vsr.seeding import derive_seed
 

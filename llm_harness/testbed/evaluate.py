@@ -22,7 +22,7 @@ import numpy as np
 
 from llm_harness.tasks import Problem, Task
 from llm_harness.testbed.paths import CHECKPOINT_DIR
-from llm_harness.testbed.stats import clustered_interval
+from theory.metrics.binomial import clustered_interval
 from vsr.checks import check_number
 
 __all__ = [

@@ -315,7 +315,7 @@ class ValidationConfig:
         resolve_sampling(self, EvalProtocol(1.0, 1.0, 4, "validation defaults"))
         check_number("k", self.k, 1, LIMITS["validation_k"], integer=True)
         check_number("logdet_alpha", self.logdet_alpha, 0, lo_open=True)
-        from llm_harness.methods.embedders import EMBEDDERS
+        from llm_harness.embedders import EMBEDDERS
 
         EMBEDDERS.check(self.diversity_embedder, "diversity_embedder")
 

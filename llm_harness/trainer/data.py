@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from llm_harness.backends.completions import completion_ids  # noqa: F401  (used below; re-exported: its home before)
 from llm_harness.tasks import Problem, VerifyResult
 
 __all__ = [
@@ -331,13 +332,6 @@ def build_batch(groups: Sequence[RolloutGroup], pad_token_id: int) -> TrainBatch
         group=torch.tensor(grp, dtype=torch.long),
         rewards=torch.tensor(rew, dtype=torch.float32),
     )
-
-
-def completion_ids(token_ids: Sequence[int], stopped: bool) -> tuple[int, ...]:
-    """The sampled ids a completion is verified on: ``token_ids`` without the final stop token when
-    ``stopped`` (any other special token stays, so a stray ``<pad>`` inside an answer is seen)."""
-    ids = tuple(token_ids)
-    return ids[:-1] if stopped and ids else ids
 
 
 # ------------------------------------------------------------------------------ plain-data converters (checkpoints)

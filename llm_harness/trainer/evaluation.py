@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from llm_harness.tasks import Problem
-from llm_harness.trainer.data import StartState, completion_ids
+from llm_harness.backends.completions import completion_text  # noqa: F401  (re-exported: its home before)
+from llm_harness.trainer.data import StartState
 from llm_harness.trainer.rollout import sample_groups
 from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu, t_interval
 from vsr.seeding import derive_seed
@@ -34,12 +35,6 @@ __all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_mar
 
 #: Role key of the evaluation streams in :func:`vsr.seeding.derive_seed`.
 EVAL_STREAM = 0xE7A1
-
-
-def completion_text(codec: Any, token_ids: Sequence[int], stopped: bool) -> str:
-    """Text a completion is verified on: the final stop token dropped, any other special token kept
-    as text (``Codec.decode``), so a stray ``<pad>`` inside the answer makes it malformed instead of vanishing."""
-    return codec.decode(completion_ids(token_ids, stopped))
 
 
 @dataclass(frozen=True)
@@ -139,7 +134,7 @@ def evaluate_policy(
     None: hashed token-4-gram counts (``NGramEmbedder``, the ``ngram4`` entry) — offline, identical for
     every run, not the paper's sentence embeddings.
     """
-    from llm_harness.methods.embedders import NGramEmbedder
+    from llm_harness.embedders import NGramEmbedder
 
     ev = sample_and_verify(backend, codec, task, verifier, problems, k=k, temperature=temperature, top_p=top_p,
                            max_new_tokens=max_new_tokens, seed=seed, chunk_sequences=chunk_sequences)

@@ -608,7 +608,7 @@ class Trainer:
         non-finite value, so the row is strict JSON as returned. AES needs a reference run and is
         computed by the comparison report from ``val_length_mean`` and ``val_avg_at_{k}``.
         """
-        from llm_harness.methods.embedders import build_embedder
+        from llm_harness.embedders import build_embedder
         from llm_harness.trainer.evaluation import evaluate_policy
 
         v = self.cfg.validation

@@ -116,11 +116,11 @@ def evaluate_agent(backend: Any, codec: Any, task: Any, problems: Sequence[Any],
     the episode runner (:func:`play_episodes`).
 
     Keys: ``success`` (= ``avg_at_k``, the mean over seeds and episodes) with ``ci_low``/``ci_high``
-    (95 %, seeds as clusters: ``llm_harness.testbed.stats.clustered_interval``), ``pass_at``
+    (95 %, seeds as clusters: ``theory.metrics.binomial.clustered_interval``), ``pass_at``
     ({j: pass@j}, unbiased, j = 1, 2, 4, ..., k), ``length_mean`` (generated tokens per episode),
     ``turns_mean`` (policy turns per episode), ``invalid_rate`` (invalid turns / turns), ``return_mean``,
     ``new_tokens``, ``success_by_seed``, ``seeds``, ``n_problems``, ``k``."""
-    from llm_harness.testbed.stats import clustered_interval
+    from theory.metrics.binomial import clustered_interval
     from theory.metrics import pass_at_k_table
 
     if not problems:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from llm_harness.methods.embedders import EMBEDDERS, EmbedContext, build_embedder
+from llm_harness.embedders import EMBEDDERS, EmbedContext, build_embedder
 from llm_harness.methods.mte import char_to_token_cut, mean_token_entropy
 from prefixvalue.analysis import bits, bits_matrix, fmt_ci, markdown_table, mean_success, pyplot, save_figure, within_dict
 from prefixvalue.config import StudyConfig, check_temperature, check_top_p

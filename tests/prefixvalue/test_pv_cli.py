@@ -76,3 +76,12 @@ def test_help_of_every_study_renders(capsys):
             cli.parse_config(["--help"] if name is None else [name, "--help"])
         assert info.value.code == 0
     assert "75% prefixes" in capsys.readouterr().out
+
+
+def test_model_label_shortens_local_folders_only(tmp_path):
+    from prefixvalue.runner import model_label
+
+    d = tmp_path / "models" / "smollm2-135m-instruct-b179c9523d0e"
+    d.mkdir(parents=True)
+    assert model_label(str(d)) == "smollm2-135m-instruct-b179c9523d0e"
+    assert model_label("mid") == "mid" and model_label("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"

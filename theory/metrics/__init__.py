@@ -6,6 +6,8 @@
   within-group correlation averaged through Fisher's z (ExTra App. C.1).
 * :mod:`theory.metrics.diversity`: Distinct-n, Self-BLEU, LogDet(I + alpha K) (ExTra §5.4).
 * :mod:`theory.metrics.intervals`: the project's one Student-t interval of a mean.
+* :mod:`theory.metrics.binomial`: binomial and clustered intervals of sampled accuracies (Clopper-Pearson,
+  Korn-Graubard, Wilson) and the paired consistency test.
 
 Everything public is re-exported here.
 """

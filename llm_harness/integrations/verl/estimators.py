@@ -152,7 +152,7 @@ class NoveltyMemory:
 
     def signal(self, p: ExtraParams) -> Any:
         """The :class:`~llm_harness.methods.extra.EmbeddingNovelty` of ``p.embedder`` (built once)."""
-        from llm_harness.methods.embedders import EmbedContext, build_embedder
+        from llm_harness.embedders import EmbedContext, build_embedder
         from llm_harness.methods.extra import EmbeddingNovelty
 
         key = (p.embedder, repr(sorted(dict(p.embedder_params).items())))

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from llm_harness.models.card import CardConfig, level_stats, pass_rate_table, run_card
+from llm_harness.model_card import CardConfig, level_stats, pass_rate_table, run_card
 from llm_harness.tasks import get_task
 
 

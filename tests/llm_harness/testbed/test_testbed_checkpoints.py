@@ -18,7 +18,7 @@ import pytest
 from llm_harness.tasks import get_task
 from llm_harness.testbed import SHIPPED_CHECKPOINTS, shipped_checkpoint
 from llm_harness.testbed.evaluate import TestbedEvalConfig, evaluate, sample_correct, split_problems
-from llm_harness.testbed.stats import paired_consistent
+from theory.metrics.binomial import paired_consistent
 
 N_NEW = 300  # the first 300 test problems (stratified: 60 of each length 2..6)
 ALPHA = 1e-6 / len(SHIPPED_CHECKPOINTS)

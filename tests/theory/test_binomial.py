@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from llm_harness.testbed.stats import (
+from theory.metrics.binomial import (
     beta_interval,
     clopper_pearson,
     clustered_interval,

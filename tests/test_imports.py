@@ -1,0 +1,145 @@
+"""Layers only import downward: no import cycle between modules, none between packages (issue 40).
+
+The graph is read from the source (``ast``), imports inside functions included, annotation-only imports
+(``if TYPE_CHECKING:``) and a module's import of its own parent package left out (Python runs the parent
+first anyway). Packages are the top-level ones and ``llm_harness``'s subpackages/modules; ``vsr`` splits
+into its utilities (below everything) and its CLI (above everything).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("vsr", "theory", "gridworld", "prefixvalue", "llm_harness", "benchmarks")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for p in (ROOT / pkg).rglob("*.py"):
+            name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+            mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return mods
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rsplit(".", 1)[0] if "." in name else ""
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        pkg = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in mods]
+                targets = subs + ([mod] if len(subs) < len(node.names) else [])
+            for t in targets:
+                r = resolve(t)
+                if r and r != m and not m.startswith(r + "."):
+                    edges[m].add(r)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def _unit(m: str) -> str:
+    parts = m.split(".")
+    if parts[0] == "llm_harness" and len(parts) > 1:
+        return ".".join(parts[:2])
+    if parts[0] == "vsr":
+        return "vsr.cli" if len(parts) > 1 and parts[1] in ("cli", "figures", "__main__") else "vsr.util"
+    return parts[0]
+
+
+def test_no_import_cycle_between_modules():
+    assert _cycles(_graph()) == []
+
+
+def test_no_import_cycle_between_packages():
+    units: dict[str, set[str]] = defaultdict(set)
+    why: dict[tuple[str, str], str] = {}
+    for m, ts in _graph().items():
+        units[_unit(m)]
+        for t in ts:
+            if _unit(m) != _unit(t):
+                units[_unit(m)].add(_unit(t))
+                why.setdefault((_unit(m), _unit(t)), f"{m} -> {t}")
+    cycles = _cycles(dict(units))
+    detail = [f"{c}: " + "; ".join(why[(a, b)] for a in c for b in c if (a, b) in why) for c in cycles]
+    assert cycles == [], "\n".join(detail)
+
+
+def test_the_shared_utilities_and_theory_import_nothing_above_them():
+    edges = _graph()
+    for m, ts in edges.items():
+        if _unit(m) == "vsr.util":
+            assert {_unit(t) for t in ts} <= {"vsr.util"}, m
+        if _unit(m) == "theory":
+            assert {_unit(t) for t in ts} <= {"vsr.util", "theory"}, m
+
+
+def test_the_graph_sees_function_level_imports():
+    # a guard on the reader itself: the trainer's loop imports the pool loader inside a method
+    assert "llm_harness.trainer.pool" in _graph()["llm_harness.trainer.loop"]
