@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The five prefix-value studies (VSR App. D.5 / Fig. 7, ExTra §5.6 / Fig. 4) on SmolLM2-135M-Instruct through the
+# vLLM backend on the CPU, all five levels of the arithmetic ladder's test split (interleaved, so the first N
+# problems hold every level equally; the study default --min-difficulty 5 is the test bed's), responses of at
+# most 64 tokens. Results in figures/real_model/<study>/.
+# Usage: scripts/real_model_studies.sh [STUDY ...]    (default: all five, in the order below)
+# Needs `make real-model` and `make vllm-test` (builds .venv-vllm). Resumable: rerun the same command after an
+# interruption and every study continues from its last finished chunk. ~2 h on 2 CPU cores (timings per study in
+# figures/real_model/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-.venv-vllm/bin/python}"
+OUT="${OUT:-figures/real_model}"
+export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+MODEL="$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)"
+COMMON=(--backend vllm --model "$MODEL" --task arith_ladder --split test --min-difficulty 0 --response-budget 64
+        --seed 0 --no-progress)
+run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already in its folder
+  local study="$1"; shift
+  local dir="$OUT/$study$SUFFIX"
+  mkdir -p "$dir"
+  echo "[$(date -u +%H:%M:%S)] $study: start -> $dir" >&2
+  /usr/bin/time -f "%e s wall, %M KiB peak RSS" -o "$dir/time.txt" \
+    "$PY" -m vsr study "$study" "${COMMON[@]}" --out "$dir" "$@"
+  echo "[$(date -u +%H:%M:%S)] $study: done ($(cat "$dir/time.txt"))" >&2
+}
+# Sizes: hint-ratio at its full size (200 problems); MTE correlation and prefix selection reduced so that each
+# takes about half an hour here (ExTra's protocol: 32 trajectories x 16 continuations per prefix, ~4 min per
+# problem on this machine); failed-prefix and sigma-validation at 40 problems of the word level (difficulty 5),
+# the runs committed first; FULL=1 runs them at 200 problems of every level instead, into <study>-full/ (~35 min
+# each).
+declare -A ARGS=(
+  [hint-ratio]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
+  [mte-correlation]="--n-problems 12 --chunk-problems 2 --n-trajectories 16 --n-continuations 8"
+  [prefix-selection]="--n-problems 60 --chunk-problems 10 --max-candidates 16 --mc-continuations 8"
+  [failed-prefix]="--n-problems 40 --chunk-problems 50 --min-difficulty 5 --n-continuations 8"
+  [sigma-validation]="--n-problems 40 --chunk-problems 50 --min-difficulty 5 --n-continuations 16"
+)
+SUFFIX=""
+if [ "${FULL:-0}" = 1 ]; then  # into <study>-full/, beside the reduced runs
+  ARGS[failed-prefix]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
+  ARGS[sigma-validation]="--n-problems 200 --chunk-problems 25 --n-continuations 16"
+  SUFFIX="-full"
+fi
+STUDIES=("$@"); [ ${#STUDIES[@]} -gt 0 ] || STUDIES=(hint-ratio mte-correlation prefix-selection failed-prefix sigma-validation)
+failed=()
+for s in "${STUDIES[@]}"; do
+  [ -n "${ARGS[$s]+x}" ] || { echo "unknown study '$s' (choose from: ${!ARGS[*]})" >&2; exit 2; }
+  # shellcheck disable=SC2086
+  run "$s" ${ARGS[$s]} || { echo "[$(date -u +%H:%M:%S)] $s: FAILED (the other studies go on)" >&2; failed+=("$s"); }
+done
+[ ${#failed[@]} -eq 0 ] || { echo "failed: ${failed[*]}" >&2; exit 1; }
