@@ -26,7 +26,7 @@ from vsr.atomic import atomic_path, write_json
 
 from prefixvalue.config import config_diff
 
-__all__ = ["ChunkStore", "strict_json", "write_table"]
+__all__ = ["ChunkStore", "resizable", "strict_json", "write_table"]
 
 _FORMAT = 1
 
@@ -45,6 +45,14 @@ def strict_json(v: Any) -> Any:
         except (ValueError, TypeError):
             return v
     return v
+
+
+def resizable(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two study identities differ only in ``n_problems`` (same chunk size): :class:`ChunkStore` then
+    keeps the chunks both sizes share instead of refusing the folder."""
+    keys = (set(old) | set(new)) - {"n_problems"}
+    return (all(old.get(k) == new.get(k) for k in keys) and "n_problems" in old and "n_problems" in new
+            and old["n_problems"] != new["n_problems"] and int(new.get("chunk_problems") or 0) > 0)
 
 
 class ChunkStore:
@@ -66,7 +74,12 @@ class ChunkStore:
                     f"out: {self.out_dir} holds results of study {old.get('study')!r}, not {study!r}; "
                     "choose another output folder or pass --overwrite (overwrite=True in Python)"
                 )
-            diff = config_diff(old.get("identity", {}), self.identity)
+            old_id = old.get("identity", {})
+            diff = config_diff(old_id, self.identity)
+            if diff and resizable(old_id, self.identity):
+                self._keep_common_chunks(old_id["n_problems"], self.identity["n_problems"],
+                                         int(self.identity["chunk_problems"]))
+                diff = []
             if diff:
                 raise ValueError(
                     f"out: {self.out_dir} holds results of a different {study} config, so they cannot be resumed "
@@ -78,6 +91,18 @@ class ChunkStore:
                 (self.out_dir / name).unlink(missing_ok=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_json(manifest, {"format": _FORMAT, "study": study, "identity": self.identity})
+
+    def _keep_common_chunks(self, n_old: int, n_new: int, size: int) -> None:
+        """A study grown or shrunk in ``n_problems``: the problems are the split's first ones in a fixed order
+        (``engine.select_problems``) and every seed derives from the chunk index or the problem, so a chunk
+        whose span of problems is the same under both sizes holds exactly what a fresh run would compute; the
+        others (the old last chunk, chunks past the new end) are removed, and so is the stale analysis."""
+        for c in range(max(0, -(-int(n_old) // size))):
+            same = min(int(n_old), (c + 1) * size) == min(int(n_new), (c + 1) * size) and c * size < int(n_new)
+            if not same:
+                self._path(c).unlink(missing_ok=True)
+        for name in ("results.parquet", "results.csv", "summary.json", "summary.md"):
+            (self.out_dir / name).unlink(missing_ok=True)
 
     def _path(self, chunk: int) -> Path:
         return self.chunk_dir / f"{chunk:05d}.json"

@@ -32,7 +32,7 @@ run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already 
 declare -A ARGS=(
   [hint-ratio]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
   [mte-correlation]="--n-problems 12 --chunk-problems 2 --n-trajectories 16 --n-continuations 8"
-  [prefix-selection]="--n-problems 60 --chunk-problems 10 --max-candidates 16 --mc-continuations 8"
+  [prefix-selection]="--n-problems 20 --chunk-problems 10 --max-candidates 16 --mc-continuations 8"
   [failed-prefix]="--n-problems 40 --chunk-problems 50 --min-difficulty 5 --n-continuations 8"
   [sigma-validation]="--n-problems 40 --chunk-problems 50 --min-difficulty 5 --n-continuations 16"
 )

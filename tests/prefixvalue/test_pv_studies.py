@@ -134,6 +134,35 @@ def test_interrupted_study_resumes_to_the_same_table(testbed, tmp_path, monkeypa
     assert calls == [0, 1]
 
 
+def test_a_study_grown_or_shrunk_in_problems_keeps_the_chunks_both_sizes_share(testbed, tmp_path, monkeypatch):
+    backend, tok = testbed
+    base = tiny("hint-ratio", tmp_path / "x")
+    size = base.chunk_problems
+    calls = []
+    study = get_study("hint-ratio")
+
+    def counting(ctx, problems, chunk):
+        calls.append((chunk, len(problems)))
+        return study.collect(ctx, problems, chunk)
+
+    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
+    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    small = dataclasses.replace(base, n_problems=size + 1, out=str(tmp_path / "grow"))  # chunks: size, 1
+    run_study("hint-ratio", small, backend=backend, tokenizer=tok)
+    assert calls == [(0, size), (1, 1)]
+    grown = dataclasses.replace(small, n_problems=2 * size)  # chunk 0 is the same span; chunk 1 grows
+    out = run_study("hint-ratio", grown, backend=backend, tokenizer=tok)
+    assert calls[2:] == [(1, size)]
+    fresh = run_study("hint-ratio", dataclasses.replace(grown, out=str(tmp_path / "fresh")), backend=backend, tokenizer=tok)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), pd.read_parquet(fresh / "results.parquet"))
+    n = len(calls)
+    shrunk = run_study("hint-ratio", dataclasses.replace(grown, n_problems=size), backend=backend, tokenizer=tok)
+    assert calls[n:] == []  # chunk 0 alone: nothing to sample
+    assert len(pd.read_parquet(shrunk / "results.parquet").problem_id.unique()) == size
+    with pytest.raises(ValueError, match=r"different hint-ratio config.*chunk_problems"):  # other chunks: refused
+        run_study("hint-ratio", dataclasses.replace(grown, chunk_problems=size + 1), backend=backend, tokenizer=tok)
+
+
 def test_filter_leaving_no_problem_is_a_clear_error(testbed, tmp_path):
     backend, tok = testbed
     cfg = tiny("hint-ratio", tmp_path, response_budget=10)  # every expert solution is longer than 10 tokens
