@@ -53,7 +53,7 @@ would merge into one larger group, so we draw without replacement (Efraimidis–
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -64,12 +64,39 @@ from llm_harness.trainer.rollout import collect, derive_seed
 from llm_harness.trainer.step import Claim, Result, Step
 from theory.prefix_scores import (MIN_CALIBRATION_GAP, calibration_fraction, fit_interpolation, std_hat, variance_hat,
                                   variance_hat_calibrated)
+from vsr.registry import Registry
 
-__all__ = ["CURRICULUM_BINS", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "verify_interaction_states",
+__all__ = ["CURRICULUM_BINS", "PREFIX_SCORES", "PrefixScore", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "verify_interaction_states",
            "weighted_sample_without_replacement"]
 
-SCORES = ("p1mp", "sqrt", "uniform", "oracle", "calibrated")
 POSITIONS = ("token", "steps", "stride")
+
+
+@dataclass(frozen=True)
+class PrefixScore:
+    """How a ``score`` setting scores the buffer's states and draws from them (:data:`PREFIX_SCORES`)."""
+
+    value: Callable[["VSRPlugin", np.ndarray, float, float], np.ndarray]
+    """The stored score of a trajectory's states at ``alphas`` given ``p0`` and the reward."""
+    draw: str = "score"
+    """``score``: draw ∝ the stored score; ``uniform``: draw uniformly; ``oracle``: ∝ a Monte-Carlo variance."""
+    keeps_evidence: bool = False
+    """Keep the replayed states' outcomes (the calibration curve's evidence; checkpointed)."""
+    rescores: bool = False
+    """Rescore the buffer from that evidence after every step."""
+
+
+#: ``VSRConfig.score`` -> how states are scored and drawn (the plug-in never branches on the name)
+PREFIX_SCORES: Registry[PrefixScore] = Registry("VSR prefix score", {
+    "p1mp": PrefixScore(lambda plug, a, p0, r: variance_hat(a, p0, r)),
+    "sqrt": PrefixScore(lambda plug, a, p0, r: std_hat(a, p0, r)),
+    "uniform": PrefixScore(lambda plug, a, p0, r: variance_hat(a, p0, r), draw="uniform"),
+    "oracle": PrefixScore(lambda plug, a, p0, r: variance_hat(a, p0, r), draw="oracle", keeps_evidence=True),
+    "calibrated": PrefixScore(lambda plug, a, p0, r: variance_hat_calibrated(a, p0, r, plug.curve()),
+                              keeps_evidence=True, rescores=True),
+})
+#: the registered score names (kept for callers that listed them)
+SCORES = tuple(PREFIX_SCORES)
 
 
 @dataclass(frozen=True)
@@ -128,8 +155,7 @@ class VSRConfig:
         check_number("calibration_bins", self.calibration_bins, 1, integer=True)
         check_number("calibration_prior", self.calibration_prior, 0, lo_open=True)
         check_number("calibration_decay", self.calibration_decay, 0, 1)
-        if self.score not in SCORES:
-            raise ValueError(f"score: must be one of {SCORES}, got {self.score!r}")
+        PREFIX_SCORES.check(self.score, "score")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions: must be one of {POSITIONS}, got {self.positions!r}")
         for name in ("recency", "insert_policy", "cold_start", "expert_until_replaced"):
@@ -312,10 +338,13 @@ class VSRPlugin(StartStateSource, StepHook):
         return fit_interpolation(centres[seen], self.calib_sum[seen] / self.calib_weight[seen], self.calib_weight[seen],
                                  bins=k, prior=self.cfg.calibration_prior)
 
+    @property
+    def scoring(self) -> PrefixScore:
+        """The registered :class:`PrefixScore` of ``score``."""
+        return PREFIX_SCORES[self.cfg.score]
+
     def _score(self, alphas: np.ndarray, p0: float, reward: float) -> np.ndarray:
-        if self.cfg.score == "calibrated":
-            return variance_hat_calibrated(alphas, p0, reward, self.curve())
-        return (std_hat if self.cfg.score == "sqrt" else variance_hat)(alphas, p0, reward)
+        return self.scoring.value(self, alphas, p0, reward)
 
     def _calibrate(self, step: int, groups: Sequence[RolloutGroup], rescore: bool = True) -> dict[str, float]:
         """Fold the outcomes of this step's replayed states into the curve's evidence (no extra
@@ -463,7 +492,7 @@ class VSRPlugin(StartStateSource, StepHook):
         keys, traj_idx, pos_idx, scores = self._flat()
         rng = np.random.default_rng(derive_seed(self.seed, step.index, 0x75E))
         oracle_tokens = 0
-        if self.cfg.score == "oracle" and traj_idx.size:
+        if self.scoring.draw == "oracle" and traj_idx.size:
             cand, var, oracle_tokens = self._oracle_scores(step.index, keys, traj_idx, pos_idx, rng, ctx)
             metrics.update(self._proxy_agreement(keys, traj_idx, pos_idx, cand, var))
             chosen = cand[weighted_sample_without_replacement(var, k, rng)]
@@ -472,7 +501,7 @@ class VSRPlugin(StartStateSource, StepHook):
             scores = used
             metrics["vsr_oracle_tokens"] = float(oracle_tokens)
         else:
-            w = np.ones(traj_idx.size) if self.cfg.score == "uniform" else scores
+            w = np.ones(traj_idx.size) if self.scoring.draw == "uniform" else scores
             chosen = weighted_sample_without_replacement(w, k, rng)
         if chosen.size == 0:
             metrics["vsr_fallback"] = 1.0
@@ -505,8 +534,8 @@ class VSRPlugin(StartStateSource, StepHook):
             out["vsr_score_p50"], out["vsr_score_p90"] = (float(v) for v in np.quantile(sc, [0.5, 0.9]))
             out["vsr_buffer_expert_frac"] = float(np.mean([tr.source == "expert" for tr in self.buffer.values()]))
         out.update(curriculum_metrics(t, step.groups))
-        if cfg.score in ("calibrated", "oracle"):
-            out.update(self._calibrate(t, step.groups, rescore=cfg.score == "calibrated"))
+        if self.scoring.keeps_evidence:
+            out.update(self._calibrate(t, step.groups, rescore=self.scoring.rescores))
         return Result(metrics=out)
 
     # ---------------------------------------------------------------- checkpoints
@@ -522,7 +551,7 @@ class VSRPlugin(StartStateSource, StepHook):
             if t.states is not None:
                 e["states"] = t.states
             out["buffer"].append(e)
-        if self.cfg.score in ("calibrated", "oracle"):
+        if self.scoring.keeps_evidence:
             out.update(calib_weight=self.calib_weight.copy(), calib_sum=self.calib_sum.copy())
         return out
 

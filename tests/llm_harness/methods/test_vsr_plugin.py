@@ -293,3 +293,13 @@ def test_proxy_agreement_ranks_the_zero_cost_scores_against_the_oracle(tmp_path)
     m = v._proxy_agreement(keys, traj_idx, pos_idx, cand, -scores)
     assert m["vsr_oracle_spearman_linear"] == pytest.approx(-1.0)
     assert math.isnan(v._proxy_agreement(keys, traj_idx, pos_idx, cand, np.zeros(cand.size))["vsr_oracle_spearman_linear"])
+
+
+def test_prefix_scores_are_a_registry_the_config_checks():
+    from llm_harness.methods.vsr import PREFIX_SCORES, VSRConfig
+
+    assert set(PREFIX_SCORES) == {"p1mp", "sqrt", "uniform", "oracle", "calibrated"}
+    assert PREFIX_SCORES["uniform"].draw == "uniform" and PREFIX_SCORES["oracle"].draw == "oracle"
+    assert PREFIX_SCORES["calibrated"].rescores and not PREFIX_SCORES["oracle"].rescores
+    with pytest.raises(ValueError, match=r"score: unknown VSR prefix score 'p2'"):
+        VSRConfig(score="p2")
