@@ -49,7 +49,8 @@ Estimator = Callable[[np.ndarray, np.ndarray, float, int], np.ndarray]
 #: the group-std convention of the papers' trainers (verl, TRL): Bessel-corrected
 DEFAULT_DDOF = 1
 
-#: name -> ``est(rewards[N, G], mask[N, G], eps, ddof) -> advantages[N, G]``.
+#: name -> ``est(rewards[N, G], mask[N, G], eps, ddof) -> advantages[N, G]``; an estimator with the attribute
+#: ``needs_group = True`` normalises within a group and needs G >= 2 (``loop.check_registries`` refuses less).
 ADVANTAGE_ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 
 
@@ -81,6 +82,9 @@ def grpo(rewards: np.ndarray, mask: np.ndarray, eps: float = GRPO_EPS, ddof: int
     return np.where(_zero_var(centred, mean) | (cnt <= ddof), 0.0, adv) * mask
 
 
+grpo.needs_group = True  # normalises within a group: a single sample per prompt gives no signal
+
+
 @register_advantage("drgrpo")
 def drgrpo(rewards: np.ndarray, mask: np.ndarray, eps: float = GRPO_EPS, ddof: int = DEFAULT_DDOF) -> np.ndarray:
     """Dr. GRPO advantage ``r − mean`` (no std division; ``eps`` and ``ddof`` unused); zero-variance → 0."""
@@ -96,6 +100,9 @@ def rloo(rewards: np.ndarray, mask: np.ndarray, eps: float = GRPO_EPS, ddof: int
         raise ValueError("rewards: RLOO needs at least 2 samples per group")
     adv = centred * cnt / (cnt - 1.0)
     return np.where(_zero_var(centred, mean), 0.0, adv) * mask
+
+
+rloo.needs_group = True
 
 
 @register_advantage("constant")

@@ -51,8 +51,6 @@ LIMITS = {
     "max_turns": 100_000,
 }
 
-#: estimators that normalise within a group and so need G >= 2
-GROUP_ESTIMATORS = ("grpo", "rloo")
 
 
 def _choice(name: str, v: Any, allowed: tuple[str, ...]) -> None:
@@ -429,11 +427,6 @@ class TrainConfig:
             raise ValueError(f"rollout.prompts_per_step x rollout.group_size: {self.rollout.prompts_per_step} x "
                              f"{self.rollout.group_size} = {rollouts} rollouts per step exceeds the limit "
                              f"{LIMITS['rollouts_per_step']}")
-        if self.algo.advantage in GROUP_ESTIMATORS and self.algo.collector == "generate" and self.rollout.group_size < 2:
-            raise ValueError(
-                f"rollout.group_size: the {self.algo.advantage!r} estimator normalises within a group and needs G >= 2, "
-                f"got {self.rollout.group_size}"
-            )
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,10 @@ def check_registries(cfg: TrainConfig) -> None:
 
     import_plugin_modules()
     ADVANTAGE_ESTIMATORS.check(cfg.algo.advantage, "algo.advantage")
+    if (getattr(ADVANTAGE_ESTIMATORS[cfg.algo.advantage], "needs_group", False) and cfg.algo.collector == "generate"
+            and cfg.rollout.group_size < 2):
+        raise ValueError(f"rollout.group_size: the {cfg.algo.advantage!r} estimator normalises within a group and needs "
+                         f"G >= 2, got {cfg.rollout.group_size}")
     AGGREGATIONS.check(cfg.algo.loss_agg, "algo.loss_agg")
     COLLECTORS.check(cfg.algo.collector, "algo.collector")
     OBJECTIVES.check(cfg.algo.objective, "algo.objective")

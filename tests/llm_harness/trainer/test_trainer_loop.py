@@ -514,3 +514,13 @@ def test_micro_batch_rows_is_validated():
 
     with pytest.raises(ValueError, match="micro_batch_rows"):
         RunConfig(micro_batch_rows=-1)
+
+
+def test_group_normalising_estimators_declare_it_and_need_two_samples():
+    from llm_harness.trainer.advantages import ADVANTAGE_ESTIMATORS
+
+    assert {n for n in ADVANTAGE_ESTIMATORS if getattr(ADVANTAGE_ESTIMATORS[n], "needs_group", False)} == {"grpo", "rloo"}
+    single = TrainConfig(rollout=RolloutConfig(group_size=1))
+    with pytest.raises(ValueError, match=r"rollout.group_size: the 'grpo' estimator normalises within a group and needs G >= 2"):
+        check_registries(single)
+    check_registries(TrainConfig(rollout=RolloutConfig(group_size=1), algo=AlgoConfig(advantage="constant")))
