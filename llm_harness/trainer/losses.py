@@ -16,7 +16,7 @@ Aggregations (registry ``AGGREGATIONS``; uniform signature ``agg(l[B, T], mask[B
 
 Each is a sum of per-row terms over a batch-level normaliser, so a batch split into row chunks
 (gradient accumulation, ``run.micro_batch_rows``) gets the same loss as ``Σ_c share_c · agg(chunk c)``;
-:func:`chunk_share` gives ``share_c`` (``AGGREGATION_SHARES``; an aggregation without one cannot be split).
+:func:`chunk_share` gives ``share_c`` (each aggregation registers its own; one without cannot be split).
 
 Objectives (registry ``OBJECTIVES``, config ``algo.objective``; one signature
 ``obj(logprobs, old_logprobs, advantages, mask, *, algo, norm_len, weights, ref_logprobs) ->
@@ -41,7 +41,6 @@ __all__ = [
     "AGGREGATIONS",
     "OBJECTIVES",
     "PolicyLossOutput",
-    "AGGREGATION_SHARES",
     "aggregate",
     "chunk_share",
     "clip_fraction_by_origin",
@@ -57,47 +56,53 @@ Aggregation = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
 
 
-def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    """Decorator adding an aggregation under ``name``; duplicates are rejected."""
-    return AGGREGATIONS.register(name)
+Share = Callable[[torch.Tensor, torch.Tensor], float]
 
 
-@register_aggregation("token_mean")
+def register_aggregation(name: str, *, share: Share | None = None) -> Callable[[Aggregation], Aggregation]:
+    """Decorator adding an aggregation under ``name`` (duplicates are rejected), with its chunk ``share``
+    (module doc; kept on the entry as ``chunk_share``; None: the aggregation cannot be split into row chunks)."""
+    def deco(fn: Aggregation) -> Aggregation:
+        fn.chunk_share = share  # type: ignore[attr-defined]
+        return AGGREGATIONS.register(name)(fn)
+    return deco
+
+
+def _token_share(c: torch.Tensor, m: torch.Tensor) -> float:
+    # Σ l m / max(N, 1) = Σ_c [Σ_c l m / max(N_c, 1)] · max(N_c, 1) / max(N, 1)  (an empty chunk adds 0 either way)
+    return float(c.sum().clamp_min(1.0)) / float(m.sum().clamp_min(1.0))
+
+
+def _row_share(c: torch.Tensor, m: torch.Tensor) -> float:
+    # mean over rows, and Σ / (B · L): both weigh a chunk by its share of the rows
+    return c.shape[0] / m.shape[0]
+
+
+@register_aggregation("token_mean", share=_token_share)
 def _token_mean(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
     """Σ_bt l m / max(Σ_bt m, 1) (DAPO token-level aggregation)."""
     return (loss * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-@register_aggregation("seq_mean_token_mean")
+@register_aggregation("seq_mean_token_mean", share=_row_share)
 def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
     """mean_b [Σ_t l m / max(Σ_t m, 1)] (GRPO sequence-mean)."""
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
     return per_seq.mean()
 
 
-@register_aggregation("seq_mean_token_sum_norm")
+@register_aggregation("seq_mean_token_sum_norm", share=_row_share)
 def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, norm_len: float) -> torch.Tensor:
     """Σ_bt l m / (B · norm_len) (Dr. GRPO: constant normaliser, no length bias)."""
     return (loss * mask).sum() / (loss.shape[0] * float(norm_len))
 
 
-#: aggregation name -> ``share(chunk_mask[b, T], batch_mask[B, T]) -> float``: the weight of a row chunk's
-#: aggregated loss in the whole batch's (module doc)
-AGGREGATION_SHARES: dict[str, Callable[[torch.Tensor, torch.Tensor], float]] = {
-    # Σ l m / max(N, 1) = Σ_c [Σ_c l m / max(N_c, 1)] · max(N_c, 1) / max(N, 1)  (an empty chunk adds 0 either way)
-    "token_mean": lambda c, m: float(c.sum().clamp_min(1.0)) / float(m.sum().clamp_min(1.0)),
-    # mean over rows, and Σ / (B · L): both weigh a chunk by its share of the rows
-    "seq_mean_token_mean": lambda c, m: c.shape[0] / m.shape[0],
-    "seq_mean_token_sum_norm": lambda c, m: c.shape[0] / m.shape[0],
-}
-
-
 def chunk_share(name: str, chunk_mask: torch.Tensor, batch_mask: torch.Tensor) -> float:
     """Weight of the loss aggregated (``name``) over rows ``chunk_mask`` within the batch ``batch_mask``, so that
     the weighted chunk losses sum to the batch's loss (module doc); ValueError for an aggregation without one."""
-    fn = AGGREGATION_SHARES.get(name)
+    fn = getattr(AGGREGATIONS.lookup(name, "algo.loss_agg"), "chunk_share", None)
     if fn is None:
-        raise ValueError(f"algo.loss_agg: {name!r} has no chunk share (llm_harness.trainer.losses.AGGREGATION_SHARES), "
+        raise ValueError(f"algo.loss_agg: {name!r} has no chunk share (register_aggregation(..., share=...)), "
                          "so a mini-batch cannot be split into micro-batches; set run.micro_batch_rows: 0")
     return fn(chunk_mask.float(), batch_mask.float())
 

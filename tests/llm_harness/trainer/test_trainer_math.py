@@ -237,9 +237,9 @@ def test_training_forward_gradient_matches_finite_difference_on_tiny_model():
 @given(st.integers(1, 9), st.integers(1, 7), st.integers(0, 2**31 - 1), st.sampled_from(sorted(["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])))
 def test_chunk_shares_recombine_every_aggregation(rows, width, seed, agg):
     """Σ_c share_c · agg(chunk c) = agg(batch) for any split of the rows (gradient accumulation is exact)."""
-    from llm_harness.trainer.losses import AGGREGATION_SHARES, chunk_share
+    from llm_harness.trainer.losses import chunk_share
 
-    assert {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"} <= set(AGGREGATION_SHARES) & set(AGGREGATIONS.names())
+    assert all(AGGREGATIONS[n].chunk_share is not None for n in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"))
     rng = np.random.default_rng(seed)
     loss = torch.tensor(rng.normal(size=(rows, width)), dtype=torch.float64)
     mask = torch.tensor(rng.random((rows, width)) < 0.6, dtype=torch.float64)
@@ -250,8 +250,18 @@ def test_chunk_shares_recombine_every_aggregation(rows, width, seed, agg):
     assert float(total) == pytest.approx(float(aggregate(agg, loss, mask, 5.0)), rel=1e-12, abs=1e-12)
 
 
-def test_an_aggregation_without_a_chunk_share_cannot_be_split():
-    from llm_harness.trainer.losses import chunk_share
+def test_an_aggregation_without_a_chunk_share_cannot_be_split(monkeypatch):
+    from llm_harness.trainer import losses
+    from llm_harness.trainer.losses import chunk_share, register_aggregation
+    from vsr.registry import Registry
 
-    with pytest.raises(ValueError, match="micro_batch_rows"):
+    monkeypatch.setattr(losses, "AGGREGATIONS", Registry("aggregation", dict(losses.AGGREGATIONS)))
+
+    @register_aggregation("max_token")  # an aggregation registered without a share
+    def _max(loss, mask, norm_len):
+        return (loss * mask).max()
+
+    with pytest.raises(ValueError, match=r"'max_token' has no chunk share .* set run.micro_batch_rows: 0"):
+        chunk_share("max_token", torch.ones(2, 3), torch.ones(4, 3))
+    with pytest.raises(ValueError, match="unknown aggregation"):
         chunk_share("no_such_aggregation", torch.ones(2, 3), torch.ones(4, 3))
