@@ -39,21 +39,30 @@ from llm_harness.trainer.rollout import derive_seed
 from llm_harness.trainer.step import Composition, Result, Step
 from vsr.registry import Registry
 
-__all__ = ["PER_SAMPLE", "PRIORITIES", "ReplayConfig", "ReplayPlugin", "split_rollouts", "unit_priority"]
-
-LEVELS = ("rollout", "query")
-COMPOSITIONS = ("fresh_anchored", "pool")
-
+__all__ = ["COMPOSITIONS", "LEVELS", "PER_SAMPLE", "PRIORITIES", "ReplayConfig", "ReplayPlugin", "split_rollouts", "unit_priority"]
 
 def _sigma_g(g: RolloutGroup) -> float:
     return float(g.info.get("replay_sigma_g", np.std(g.rewards)))
 
 
-#: name -> priority(unit, eps) before the exponent alpha
+def _abs_adv(u: RolloutGroup, eps: float) -> float:
+    return float(np.abs(u.advantages).mean()) + eps
+
+
+_abs_adv.rollout_level_only = True  # a rollout's own |A|: meaningless for a whole query's group
+
+
+#: name -> priority(unit, eps) before the exponent alpha; an entry with ``rollout_level_only`` needs ``level: rollout``
 PRIORITIES: Registry[Callable[[RolloutGroup, float], float]] = Registry("replay priority", {
-    "abs_adv": lambda u, eps: float(np.abs(u.advantages).mean()) + eps,
+    "abs_adv": _abs_adv,
     "sigma_g": lambda u, eps: _sigma_g(u) + eps,
     "uniform": lambda u, eps: 1.0,
+})
+
+#: ``level`` -> how kept groups become buffer units: one unit per rollout (Replay's rollout level) or per query
+LEVELS: Registry[Callable[[Sequence[RolloutGroup]], list[RolloutGroup]]] = Registry("replay level", {
+    "rollout": lambda groups: [u for g in groups for u in split_rollouts(g)],
+    "query": lambda groups: list(groups),
 })
 
 
@@ -84,13 +93,12 @@ class ReplayConfig:
         check_number("alpha", self.alpha, 0, 1)
         check_number("eps", self.eps, 0)
         check_number("warmup", self.warmup, 0, integer=True)
-        if self.level not in LEVELS:
-            raise ValueError(f"level: must be one of {LEVELS}, got {self.level!r}")
+        LEVELS.check(self.level, where="level")
         PRIORITIES.check(self.priority, where="priority")
-        if self.composition not in COMPOSITIONS:
-            raise ValueError(f"composition: must be one of {COMPOSITIONS}, got {self.composition!r}")
-        if self.priority == "abs_adv" and self.level == "query":
-            raise ValueError("priority: 'abs_adv' is a rollout-level signal; use level: rollout (or sigma_g/uniform)")
+        COMPOSITIONS.check(self.composition, where="composition")
+        if getattr(PRIORITIES[self.priority], "rollout_level_only", False) and self.level != "rollout":
+            raise ValueError(f"priority: {self.priority!r} is a rollout-level signal; use level: rollout "
+                             f"(or {', '.join(n for n in PRIORITIES if not getattr(PRIORITIES[n], 'rollout_level_only', False))})")
 
 
 #: ``info[PER_SAMPLE]``: a mapping name -> per-sample sequence that :func:`split_rollouts` slices
@@ -148,9 +156,7 @@ class ReplayPlugin(RolloutReplay, StepHook):
         self.buffer: list[RolloutGroup] = []
 
     def _units(self, groups: Sequence[RolloutGroup]) -> list[RolloutGroup]:
-        if self.cfg.level == "rollout":
-            return [u for g in groups for u in split_rollouts(g)]
-        return [g for g in groups]
+        return LEVELS[self.cfg.level](groups)
 
     def _evict(self, step: int) -> int:
         n = len(self.buffer)
@@ -183,18 +189,7 @@ class ReplayPlugin(RolloutReplay, StepHook):
             return Composition(fresh=step.fresh, replayed=step.replayed, metrics=metrics)
         rng = np.random.default_rng(derive_seed(self.seed, t, 0x4E9))
         metrics["replay_active"] = 1.0
-        if cfg.composition == "fresh_anchored":
-            if not self.buffer:
-                ctx.warn("replay: buffer empty when replay is due; training on fresh rollouts only")
-            drawn = [self.buffer[j] for j in self._draw(self.buffer, int(round(cfg.ratio * n_fresh)), rng)]
-        else:
-            fresh_units = self._units(fresh)
-            pool = fresh_units + self.buffer
-            idx = self._draw(pool, int(round((1 + cfg.ratio) * n_fresh)), rng)
-            nf = len(fresh_units)
-            drawn = [pool[j] for j in idx if j >= nf]
-            fresh = [pool[j] for j in idx if j < nf]
-            metrics["replay_pool_fresh_rollouts"] = float(sum(u.size for u in fresh))
+        fresh, drawn = COMPOSITIONS[cfg.composition](self, fresh, n_fresh, rng, ctx, metrics)
         metrics["replay_drawn_rollouts"] = float(sum(u.size for u in drawn))
         if drawn:
             metrics["replay_drawn_age_mean"] = float(np.mean([t - u.birth_step for u in drawn]))
@@ -218,6 +213,31 @@ class ReplayPlugin(RolloutReplay, StepHook):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         problems = problem_index(self.train_problems)
         self.buffer = [group_from_plain(u, problems) for u in state["buffer"]]
+
+
+def _fresh_anchored(plug: ReplayPlugin, fresh: list[RolloutGroup], n_fresh: int, rng: np.random.Generator, ctx: TrainContext,
+                    metrics: dict[str, float]) -> tuple[list[RolloutGroup], list[RolloutGroup]]:
+    """Every fresh survivor, plus ``ratio x`` as many stored rollouts drawn by priority (Replay's batch)."""
+    if not plug.buffer:
+        ctx.warn("replay: buffer empty when replay is due; training on fresh rollouts only")
+    return fresh, [plug.buffer[j] for j in plug._draw(plug.buffer, int(round(plug.cfg.ratio * n_fresh)), rng)]
+
+
+def _pool(plug: ReplayPlugin, fresh: list[RolloutGroup], n_fresh: int, rng: np.random.Generator, ctx: TrainContext,
+          metrics: dict[str, float]) -> tuple[list[RolloutGroup], list[RolloutGroup]]:
+    """``(1 + ratio) x`` the fresh rollouts drawn by priority from fresh and stored units together (an ablation)."""
+    fresh_units = plug._units(fresh)
+    pool = fresh_units + plug.buffer
+    idx = plug._draw(pool, int(round((1 + plug.cfg.ratio) * n_fresh)), rng)
+    nf = len(fresh_units)
+    kept = [pool[j] for j in idx if j < nf]
+    metrics["replay_pool_fresh_rollouts"] = float(sum(u.size for u in kept))
+    return kept, [pool[j] for j in idx if j >= nf]
+
+
+#: ``composition`` -> ``compose(plugin, fresh, n_fresh, rng, ctx, metrics) -> (fresh kept, replayed)``
+COMPOSITIONS: Registry[Callable[..., tuple[list[RolloutGroup], list[RolloutGroup]]]] = Registry(
+    "replay composition", {"fresh_anchored": _fresh_anchored, "pool": _pool})
 
 
 @register_plugin("replay")

@@ -183,3 +183,16 @@ def test_replay_in_the_trainer_logs_replay_clip_fraction(tmp_path):
     for r in active:
         assert r["groups_replayed"] == r["replay_drawn_rollouts"]
         assert np.isfinite(r["clip_frac_replayed_rollout"])
+
+
+def test_levels_compositions_and_priorities_are_registries_the_config_checks():
+    from llm_harness.methods.replay import COMPOSITIONS, LEVELS, PRIORITIES, ReplayConfig
+
+    assert set(LEVELS) == {"rollout", "query"} and set(COMPOSITIONS) == {"fresh_anchored", "pool"}
+    assert [n for n in PRIORITIES if getattr(PRIORITIES[n], "rollout_level_only", False)] == ["abs_adv"]
+    with pytest.raises(ValueError, match="level: unknown replay level 'batch'"):
+        ReplayConfig(level="batch")
+    with pytest.raises(ValueError, match="composition: unknown replay composition 'mixed'"):
+        ReplayConfig(composition="mixed")
+    with pytest.raises(ValueError, match=r"priority: 'abs_adv' is a rollout-level signal; use level: rollout \(or sigma_g, uniform\)"):
+        ReplayConfig(level="query", priority="abs_adv")
