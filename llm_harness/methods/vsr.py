@@ -274,7 +274,9 @@ class VSRPlugin(StartStateSource, StepHook):
         self.seed = int(ctx.config.seed)
         self.budget = int(ctx.config.rollout.max_new_tokens)
         self.train_problems = ctx.train_problems  # a checkpoint names problems by id
-        self.task = ctx.task  # a checkpoint's interaction states are restored into its environment to check them
+        # a checkpoint's interaction states are restored into its environment to check them; the verl adapter's
+        # context has no task (a buffer holding interaction states is then refused at load, naming why)
+        self.task = getattr(ctx, "task", None)
         self.buffer: dict[str, _Trajectory] = {}
         self.calib_weight = np.zeros(cfg.calibration_bins)  # decayed evidence per α-bin (calibrated score)
         self.calib_sum = np.zeros(cfg.calibration_bins)
