@@ -34,71 +34,12 @@ episode-length accounting), the fraction of success-mixed groups from initial vs
 rewards make differ almost always), and the replayed α distribution early vs late in training (does
 the frontier walk back toward the initial state, as in the gridworld?).
 
-**Sizing** (measured 2026-12-01 on this 2-core machine, shared with other jobs -- indicative). One
-update of 8 initial states x 8 episodes (730-870 policy turns) with the mid agent, ``share_prefix``
-on, one torch thread: 16-21 s at load average ~3 (generation 4.5-7 s, loss 12-14 s); 133-154 s
-while other jobs kept the load at 8-12. One evaluation of the 128 seeds x 2 episodes: 31.5 s at
-load ~3, 81-112 s loaded. Planning figures below: 20 s per update, 32 s per evaluation (a quiet
-machine; multiply by 4-7 under the loads seen today). The untrained mid agent at k = 2 scored 0.172
-[0.122, 0.232] with the trainer's validation seed and 0.215 [0.155, 0.285] with seed 0; its card
-says 0.153 [0.119, 0.195] at k = 8.
-
-Power for a 5-point difference in final success (80 %, two-sided, paired by seed). A run's final
-success has evaluation noise -- the card's clustered interval at 1024 episodes is a standard error of
-0.019 at k = 8; the card's intra-seed correlation (design effect 3 at k = 8, so ρ ≈ 0.28) gives 0.025
-at k = 2 -- plus between-run training noise, which no run has measured yet; assumed 0.02 here. At
-k = 2 a run's SD is √(0.025² + 0.02²) ≈ 0.032 and a difference of two runs ≈ 0.045 (conservative:
-the shared maps make the two evaluations positively correlated). Power of a two-sided paired t-test
-(noncentral t, n seeds, SD 0.045): 80 % needs 9 seeds at α = 0.05 (8: 77 %, 9: 83 %) and 13 at the
-Holm-worst level α = 0.05/4 for four contrasts vs GiGPO (12: 79 %, 13: 84 %); at k = 8 (SD ≈ 0.039)
-11 seeds at the Holm-worst level (10: 79.8 %, 11: 86 %), for four times the evaluation cost.
-
-Cost. A run of U updates with two evaluations costs U · 20 + 2 · 32 s of one core; the suite has 5
-methods plus a base evaluation per seed, one job per core. The design powered for Holm
-(:data:`SUITE_SIZES`: 13 seeds, 20 updates, k = 2) is 65 · 464 + 13 · 32 ≈ 30 600 core-s, about 4.2 h
-on 2 quiet cores: **it does not fit the issue's "<= 2 h on 2 cores"**. What fits
-(:data:`BUDGET_SIZES`: 9 seeds, 12 updates, k = 2: 45 · 304 + 9 · 32 ≈ 14 000 core-s ≈ 1.9 h) has 83 %
-power per contrast at α = 0.05 but 57 % at the Holm-worst level, under the assumed training noise.
-The suite's default sizes are the powered design; it is run over two sessions into one run folder
-(jobs are resumable and ``--methods`` picks a subset), each part ≤ 2 h: ``vsr compare --suite agents
---methods gigpo vsr_gigpo`` (13 · 2 · 464 + 13 · 32 s ≈ 1.7 h), then ``--methods vsr_uniform
-static_reset`` (≈ 1.7 h), then ``--methods vsr_norecency`` (≈ 0.8 h), then ``--report-only``, whose
-Holm correction covers all four contrasts. Measured for part 1 (2026-12-02, 2 quiet cores): 2 h 10 min for the 39
-jobs, 8-12 min per 20-update run two at a time (GiGPO 29 s per update, VSR + GiGPO 22 s: replayed episodes are
-shorter), so the remaining Sokoban parts take about 2 h 15 min and 1 h 5 min. Its result: the paired sd of the
-VSR-vs-GiGPO difference is 1.9 pp, far below the 4.5 pp assumed above, so 13 seeds give power 1.00 at 5 pp
-(``figures/compare_agents/sokoban_part1``).
-
-**Sokoban design since 2026-12-02: 8 seeds.** Part 1's run folders were lost with its session's machine (before
-``vsr compare`` kept run records in the report folder), so the Sokoban contrasts must be rerun to share one report
-with the ablations. At part 1's measured paired sd (1.9 pp) a 5-point difference needs 4-5 seeds at the Holm-worst
-level α = 0.05/4, so :data:`SUITE_SIZES` now has 8 seeds (the margin covers ablations whose spread may be larger):
-``--methods gigpo vsr_gigpo`` (16 runs, ≈ 1.3 h), then ``--methods vsr_uniform static_reset vsr_norecency``
-(24 runs, ≈ 1.9 h). Runs are deterministic on CPU, so seeds 0-7 of GiGPO and VSR + GiGPO must reproduce part 1's
-per-seed finals (``sokoban_part1/summary.json``) exactly: a check of the rerun.
-
-**BabyAI sizing** (:data:`BABYAI_SIZES`, the regime's own ``Regime.sizes``: 8 seeds, 10 updates, evaluated at
-updates 5 and 10; the held-out protocol stays the suite's 128 seeds x 2 episodes). One BabyAI update (4 initial
-states x 8 episodes, up to 16 turns of ~300 unshared prompt tokens) costs 65-89 s of one core and one
-evaluation ~60-100 s (``figures/agent_babyai_gigpo_short``), 4-5x a Sokoban update, because the loss pass
-dominates. A run is then ~10 · 75 + 2 · 80 ≈ 910 s; GiGPO and VSR + GiGPO over 8 seeds with the base
-evaluations ≈ 8 · (2 · 910 + 80) ≈ 15 200 core-s ≈ 2.1 h on 2 cores (``vsr compare --suite agents --regimes babyai
---methods gigpo vsr_gigpo``); each ablation adds ≈ 1 h. Power on BabyAI is unknown before the runs (GiGPO moved
-held-out success 0.07 → 0.26 in 10 updates, so between-run training noise may dominate); the report prints
-the power at the spread it measures. Measured (2026-12-02, 2 quiet cores): GiGPO + VSR + GiGPO 1 h 40 min, the two
-ablations ``vsr_uniform vsr_norecency`` 1 h 33 min (8-16 min per run, two at a time), ``static_reset`` about 1 h
-(two parts of 4 seeds); the paired sd was 4.4-8.3 pp (16.6 pp for static resets), so 11-32 seeds would give 80 %
-at 5 pp after Holm (the report's power tables). The Sokoban ablations (24 runs) took 1 h 25 min.
+**Design and sizing.** The seed counts, power calculations, measured costs and the history of the design are
+in ``figures/compare_agents/DESIGN.md`` (moved out of this docstring: they are dated measurements, not code).
 
 **Ablations** (:attr:`Suite.ablations`, report section ``ablations``): VSR + GiGPO against each of
 ``vsr_uniform``, ``vsr_norecency`` and ``static_reset``, paired by seed, Holm within each regime -- the direct
 test of "does scoring / recency / a policy-filled buffer matter" (the main table contrasts every arm with GiGPO).
-
-Whether 12-20 updates at lr 1e-4 move this agent's success by 5 points at all is doubtful: a
-30-update GiGPO run held 0.172 [0.122, 0.232] -> 0.211 / 0.188 / 0.172 [0.121, 0.233] at updates
-10 / 20 / 30 (k = 2, same validation seed; figures/agent_sokoban_gigpo_short), so GiGPO itself does
-not yet improve on this test bed and the suite would compare methods around a flat baseline. The
-report must show the power actually achieved from the observed spread of the seeds.
 """
 
 from __future__ import annotations

@@ -29,22 +29,9 @@ Every suite also has the ``eval_metrics`` section: length by correctness, Distin
 LogDet and AES against GRPO from the runs' final validation rows (keys read defensively: a metric the
 trainer does not log is shown as "–").
 
-Sizing (:data:`COST`, :func:`estimated_hours`, checked against the committed records by ``benchmarks/suite_cost.py``:
-the model is 0.82-1.21x the measured wall time per arm, median 1.01; all suites at 80 updates, replay held-out 128
-problems × 8 samples, ExTra 128 × 16, evaluated every 20 updates; hours alone / after the siblings' records, on 2
-otherwise idle cores): ``replay`` 17 arms × 4 seeds (0.9 h), ``replay_tau`` 5 × 22 (1.4 / 0.5 h), ``replay_ratio`` 5 ×
-26 (1.75 / 0.9 h), ``replay_priority`` 7 × 23 (2.0 / 1.0 h), ``replay_aes`` 13 × 27 (4.5 h alone, 1.2 h after its
-siblings: it is meant to run after them), ``extra`` 10 × 6 (0.8 h), ``extra_gamma`` 6 × 28 (2.3 h alone, 1.2 h
-after ``extra_main`` alone, which trains its GRPO, ExTra-R and ExTra runs to seed 26), ``extra_signal`` 4 × 16
-(0.9 / 0.3 h), ``extra_main`` 5 × 27 (1.9 / 0.6 h).
-
-The per-table suites' seed counts are the ones their first reports measured as needed for 80 % power at a 2-point
-difference at Holm's first step; at those counts the committed reports measure 0.84 (``replay_tau``), 0.83
-(``replay_priority``), 0.80 (``extra_signal``) and 0.82 (``replay_ratio``, extended from 23 to 26 seeds when its
-spread grew). ``extra_main`` and ``extra_gamma`` were extended twice for the same reason (GRPO's bad seeds arrived
-late: at 22 / 20 seeds their pooled sd was 2.9 pp and their power 0.70 / 0.60) and measure 0.85 at 27 seeds and 0.83 at
-28; ``replay_aes`` at 27 seeds measures 0.81; ``replay`` and ``extra`` (4 and 6 seeds) hold every arm
-of the papers' tables in one run and are not powered. Every report prints the power at the spread it measured.
+Sizing and seed counts: :data:`COST` and :func:`estimated_hours` model a suite's wall time (checked against the
+committed records by ``benchmarks/suite_cost.py``); the measured hours per suite and how each suite's seed count was
+reached are in ``figures/SUITES.md`` (dated measurements, not code).
 
 Shared runs. The per-table suites of one paper train in one regime on one pool, so their common arms are the
 same jobs (same fingerprint): ``replay_tau``, ``replay_priority`` and ``replay_ratio`` share GRPO and ``abs``, and
