@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIXES = (".py", ".md", ".yaml", ".toml")
-#: "SPEC §3.2", "SPEC section 1", "SPEC 1.5", "STYLE rule 12", "STYLE 14", "STYLE.md"
+#: the working notes cited by section, section word or number, and the style note by rule, number or file name
 PATTERN = re.compile(r"SPEC ?(§|section|\d)|STYLE( ?(rules?|\d)|\.md)")
 #: top-level folders never scanned: generated figures and their notes, run outputs
 SKIP_TOP = {"figures", "runs", "out", "build", "dist"}

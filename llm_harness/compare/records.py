@@ -23,6 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from llm_harness.trainer.runlog import parse_jsonl
 from vsr.atomic import write_json
 
 __all__ = ["MANIFEST", "RecordError", "manifest_entry", "read_manifest", "rebuild_manifest", "update_manifest",
@@ -84,17 +85,14 @@ def rebuild_manifest(root: str | Path) -> int:
 
 def _rows(gz: Path) -> list[dict[str, Any]]:
     try:
-        text = gzip.decompress(gz.read_bytes()).decode("utf-8")
+        data = gzip.decompress(gz.read_bytes())
+        data.decode("utf-8")
     except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
         raise RecordError(f"{gz}: not a complete gzip file of UTF-8 text ({type(exc).__name__}: {exc})") from None
     rows = []
-    for i, line in enumerate(text.splitlines(), 1):
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise RecordError(f"{gz}: line {i} is not JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise RecordError(f"{gz}: line {i} is not a JSON object")
+    for no, row, why in parse_jsonl(data):
+        if row is None:
+            raise RecordError(f"{gz}: line {no} is not a JSON object ({why})")
         rows.append(row)
     return rows
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from vsr.atomic import write_text
 
-__all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "read_metrics"]
+__all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "parse_jsonl", "read_metrics"]
 
 #: keys that measure wall time (excluded from bit-identity comparisons)
 TIMING_KEYS = (
@@ -38,18 +38,11 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl`` file, the project's one reader of it: a missing file gives no rows; a torn
-    last line (a run killed while writing it) is skipped; any other line that is not a JSON object is an error
-    naming ``file:line`` (a resume recovers such a row from ``metrics.csv``: :class:`MetricsWriter`)."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    lines = p.read_bytes().split(b"\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    rows = []
-    for i, raw in enumerate(lines):
+def parse_jsonl(data: bytes) -> list[tuple[int, dict[str, Any] | None, str]]:
+    """``(line number, row or None, why not)`` for every non-blank line of JSON-lines bytes: a row is a JSON object
+    in UTF-8; a line that is not one gives ``None`` and the reason (the callers decide what a damaged line means)."""
+    out: list[tuple[int, dict[str, Any] | None, str]] = []
+    for no, raw in enumerate(data.split(b"\n"), 1):
         if not raw.strip():
             continue
         try:
@@ -57,9 +50,26 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            if i == len(lines) - 1:
+            out.append((no, None, str(exc)))
+            continue
+        out.append((no, row, ""))
+    return out
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` file, the project's one reader of it: a missing file gives no rows; a torn
+    last line (a run killed while writing it) is skipped; any other line that is not a JSON object is an error
+    naming ``file:line`` (a resume recovers such a row from ``metrics.csv``: :class:`MetricsWriter`)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    entries = parse_jsonl(p.read_bytes())
+    rows = []
+    for k, (no, row, why) in enumerate(entries):
+        if row is None:
+            if k == len(entries) - 1:
                 continue
-            raise ValueError(f"{p}:{i + 1}: damaged metrics row ({exc})") from None
+            raise ValueError(f"{p}:{no}: damaged metrics row ({why})")
         rows.append(row)
     return rows
 
@@ -83,20 +93,13 @@ def _rows_for_resume(jsonl: Path, csv_path: Path) -> list[dict[str, Any]]:
 
     if not jsonl.is_file():
         return []
-    lines = jsonl.read_bytes().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
+    entries = parse_jsonl(jsonl.read_bytes())
     csv_rows: list[dict[str, str]] | None = None
     rows = []
-    for i, raw in enumerate(lines):
-        try:
-            row = json.loads(raw.decode("utf-8"))
-            if not isinstance(row, dict):
-                raise ValueError("not an object")
+    for i, (no, row, reason) in enumerate(entries):
+        if row is not None:
             rows.append(row)
             continue
-        except ValueError as exc:  # includes UnicodeDecodeError and JSONDecodeError
-            reason = str(exc)
         if csv_rows is None:
             try:
                 csv_rows = list(csv.DictReader(io.StringIO(csv_path.read_text(encoding="utf-8"))))
@@ -105,14 +108,14 @@ def _rows_for_resume(jsonl: Path, csv_path: Path) -> list[dict[str, Any]]:
         recovered = {k: _csv_value(v) for k, v in csv_rows[i].items() if k} if i < len(csv_rows) else None
         expected = rows[-1].get("step", -1) + 1 if rows else 0
         if recovered is not None and recovered.get("step") == expected:
-            print(f"warning: {jsonl}:{i + 1} is damaged ({reason}); recovered step {expected} from {csv_path}",
+            print(f"warning: {jsonl}:{no} is damaged ({reason}); recovered step {expected} from {csv_path}",
                   file=sys.stderr)
             rows.append(recovered)
-        elif i == len(lines) - 1:
-            print(f"warning: {jsonl}:{i + 1}: a torn last line (the run stopped while writing it) is dropped",
+        elif i == len(entries) - 1:
+            print(f"warning: {jsonl}:{no}: a torn last line (the run stopped while writing it) is dropped",
                   file=sys.stderr)
         else:
-            raise ValueError(f"{jsonl}:{i + 1}: damaged metrics row ({reason}) and {csv_path} does not hold it intact; "
+            raise ValueError(f"{jsonl}:{no}: damaged metrics row ({reason}) and {csv_path} does not hold it intact; "
                              "repair or delete that line to resume (the rows after it would otherwise be lost)")
     return rows
 

@@ -60,6 +60,18 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+def _pool_workers(pid: int) -> set[int]:
+    """The live process-pool workers (``spawn_main``) of ``pid``."""
+    out = set()
+    for c in _children(pid):
+        try:
+            if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"):
+                out.add(c)
+        except OSError:  # exited meanwhile
+            pass
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -192,7 +204,7 @@ def test_ctrl_c_on_compare_cancels_the_queue_and_leaves_no_worker(tmp_path):
     workers: set[int] = set()
     try:
         def started() -> bool:
-            workers.update(c for c in _children(p.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"))
+            workers.update(_pool_workers(p.pid))
             return len(workers) >= 2 and any((out / "runs").rglob("done.json"))
 
         _wait_for(started, 180, "two workers and a first finished job")
@@ -219,7 +231,7 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     workers: set[int] = set()
     try:
         def started() -> bool:
-            workers.update(c for c in _children(p.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"))
+            workers.update(_pool_workers(p.pid))
             return len(workers) >= 2
 
         _wait_for(started, 180, "two workers")
