@@ -91,6 +91,15 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
         "llm_harness.model_card:card_command",
         "Card of a real model on the arithmetic ladder: pass-rate histogram at T=1, continuation vs alpha, lengths.",
     ),
+    "lab": CommandSpec(
+        "llm_harness.lab.run:lab_command",
+        "Allocation lab: probe pass rates, predict (VSR App. B) and realise each allocation's gradient SNR per token.",
+        "rerun the same command: finished steps (probe, references, allocations) are kept",
+    ),
+    "advise": CommandSpec(
+        "llm_harness.lab.advise:advise_command",
+        "A few-minute probe that predicts which allocation of rollouts pays (VSR, prompt Neyman, DAPO...) and recommends one.",
+    ),
     "compare": CommandSpec(
         "llm_harness.compare.runner:run", "Seeded comparison of GRPO/DAPO/SFT/VSR/replay/ExTra and their composition (report + figures).",
         "rerun the same command: finished runs are kept, unfinished ones start again",

@@ -1,0 +1,529 @@
+"""``vsr lab``: probe, predict and realise every allocation on one model and task; report predicted vs realised.
+
+Steps (each resumable: a finished step's file in ``out`` is reused when its configuration matches):
+
+1. **probe** (``probe.json``): Monte-Carlo pass rates, lengths and score norms of the pool's prompts and of prefix
+   states of their reference solutions (:mod:`llm_harness.lab.probe`).
+2. **predict**: each allocation's variance per generated token from VSR App. B (:mod:`llm_harness.lab.predict`),
+   under Assumption B.4 (constant score norm) and B.3 (the probe's score norms).
+3. **references** (``reference_pool.json``, ``reference_heldout.json`` and their vectors, not kept): large-batch
+   gradients of the uniform allocation on the pool and on held-out problems.
+4. **realise** (``alloc_<name>.json``): ``batches`` independent mini-batches of ``groups`` × ``group_size`` samples
+   per allocation from the same parameters; tr Var, ‖E g‖², SNR per 1,000 generated tokens, cosines to the
+   references, ``⟨E g, ∇J_heldout⟩`` (the first-order change of held-out success per unit step along the mean
+   gradient) and the wall time split into sampling and gradients (:mod:`llm_harness.lab.moments`).
+5. **report** (``report.md``, ``summary.json``, ``lab_gain.png``): predicted vs realised gain over the uniform
+   allocation with intervals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, allocation_names, draw_batch
+from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ratio_interval
+from llm_harness.lab.predict import Prediction, leave_one_out_inflation, predict
+from llm_harness.lab.probe import ProbeResult, build_state_space, run_probe
+
+__all__ = ["LabConfig", "check_memory", "lab_command", "predictions", "run_lab"]
+
+FORMAT = 2
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """Options of ``vsr lab``."""
+
+    train_config: str = "configs/regime_grpo.yaml"
+    """Training config naming the model, task, backend and rollout settings (nothing is trained)."""
+    model: str = ""
+    """Model path or registered name; empty: the training config's."""
+    backend: str = ""
+    """Generation backend (``hf``, ``vllm``); empty: the training config's."""
+    pool: str = ""
+    """Pool file of training prompts (``vsr pool select``); empty: the training config's ``task.pool`` (then the
+    first ``prompts`` problems of its training split)."""
+    prompts: int = 128
+    """Prompts of the pool (or of the training split) the lab uses (its ``d`` is uniform over them)."""
+    alphas: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9)
+    """Hint ratios of the prefix states (fractions of each prompt's reference solution)."""
+    allocations: tuple[str, ...] = ()
+    """Allocations to realise (registered names; empty: all)."""
+    probe_samples: int = 16
+    """Monte-Carlo samples per state in the probe (half build the allocations, half predict them: >= 4)."""
+    score_samples: int = 2
+    """Samples per state whose score norm ‖∇ log π‖² the probe measures (0: assume it constant, B.4)."""
+    groups: int = 8
+    """Groups per mini-batch (K)."""
+    group_size: int = 8
+    """Samples per group (G)."""
+    batches: int = 32
+    """Independent mini-batches per allocation (N)."""
+    blocks: int = 8
+    """Jackknife blocks (block sums held in memory: blocks × parameters floats)."""
+    reference_batches: int = 64
+    """Mini-batches of the large-batch reference gradients (pool and held-out)."""
+    heldout: int = 128
+    """Held-out problems (validation split) of the held-out reference gradient."""
+    allocation: AllocationParams = field(default_factory=AllocationParams)
+    """Knobs of the allocations (VSR's ρ, the ε mixture, DAPO's round cap, ExTra's γ)."""
+    out: str = "runs/lab"
+    """Output folder (one writer at a time; reruns reuse finished steps)."""
+    seed: int = 0
+    """Seed of every draw."""
+    progress: bool = True
+    """Progress bars."""
+
+    def __post_init__(self) -> None:
+        from vsr.checks import check_number
+
+        for name, lo in (("prompts", 2), ("probe_samples", 4), ("score_samples", 0), ("groups", 1), ("group_size", 2),
+                         ("batches", 2), ("blocks", 2), ("reference_batches", 2), ("heldout", 1), ("seed", 0)):
+            check_number(name, getattr(self, name), lo, integer=True)
+        if self.batches < self.blocks or self.reference_batches < self.blocks:
+            raise ValueError(f"batches / reference_batches: need >= blocks ({self.blocks}) so every jackknife block "
+                             "holds a batch")
+        if self.prompts > 100_000 or self.batches > 100_000 or self.probe_samples > 4096:
+            raise ValueError("prompts / batches / probe_samples: implausibly large (bounds 100,000 / 100,000 / 4,096)")
+        if not self.alphas:
+            raise ValueError("alphas: need at least one hint ratio")
+        for a in self.alphas:
+            check_number("alphas", a, 0, 1, lo_open=True, hi_open=True)
+        allocation_names(self.allocations)
+
+
+def check_memory(n_params: int, vectors: int) -> None:
+    """Refuse a run whose gradient statistics need more memory than is available (``vectors`` float32 vectors)."""
+    import os
+
+    from llm_harness.trainer.memory_check import available_bytes
+
+    need = 4 * n_params * vectors
+    avail = available_bytes()
+    if os.environ.get("VSR_NO_MEMORY_CHECK", "") in ("", "0") and avail is not None and need > 0.8 * avail:
+        raise ValueError(f"lab.blocks: {vectors} gradient vectors of {n_params:,} parameters need {need / 2**30:.1f} GiB, "
+                         f"{avail / 2**30:.1f} GiB available; lower --blocks (>= 2)")
+
+
+def _train_cfg(cfg: LabConfig) -> Any:
+    from llm_harness.trainer.config import TrainConfig
+    from vsr.config_io import deep_merge, from_dict, read_mapping
+
+    over: dict[str, Any] = {"run": {"progress": False}, "rollout": {"group_size": cfg.group_size}}
+    if cfg.model or cfg.backend:
+        over["model"] = {k: v for k, v in (("path", cfg.model), ("backend", cfg.backend)) if v}
+    if cfg.pool:
+        over["task"] = {"pool": cfg.pool}
+    mapping = deep_merge(read_mapping(cfg.train_config), over)
+    mapping["plugins"] = {}  # the lab draws its own states: the config's plug-ins are not built
+    return from_dict(TrainConfig, mapping, where=cfg.train_config)
+
+
+def _fingerprint(obj: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _proposal_key(prop: Any, params: AllocationParams) -> dict[str, Any]:
+    """What a realisation depends on: the proposal's arrays (so ρ or ε changes only the allocations they change) and
+    the knobs used while drawing (DAPO's round cap, ExTra's γ and novelty signal)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in (prop.mu, prop.weights):  # (DAPO's keep probabilities only feed the prediction)
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    key: dict[str, Any] = {"arrays": h.hexdigest()[:16], "prefix_share": prop.prefix_share}
+    if prop.keep is not None:
+        key["dapo_max_rounds"] = params.dapo_max_rounds
+    if prop.shaped:
+        key["extra"] = [params.extra_gamma, params.extra_novelty]
+    return key
+
+
+def _load(path: Path, fp: str) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); delete it to recompute") from None
+    return doc if doc.get("fingerprint") == fp and doc.get("format") == FORMAT else None
+
+
+def predictions(probe: ProbeResult, params: AllocationParams, names: tuple[str, ...], group_size: int) -> dict[str, dict[str, Any]]:
+    """Per allocation: the :class:`~llm_harness.lab.predict.Prediction` under B.4 and B.3 (with Assumption S for the
+    signal) and the gains over uniform. Proposals come from the probe's selection half, σ², P(mixed) from the other
+    half (:meth:`~llm_harness.lab.probe.ProbeResult.selection`)."""
+    inflate = leave_one_out_inflation(group_size)
+    sel, ev = probe.selection(), probe.evaluation()
+    var = np.clip(ev.var, 0.0, None)
+    G = probe.score_sq_filled()
+    terms = {"b4": (var * inflate, np.sqrt(var)), "b3": (var * inflate * G, np.sqrt(var * G))}
+    if not float(np.sum(var[: probe.space.n_prompts])) > 0:  # no prompt mixed in the probe: S has no scale
+        terms = {k: (M, None) for k, (M, _) in terms.items()}
+    out: dict[str, dict[str, Any]] = {}
+    base: dict[str, Prediction] = {}
+    uni = ALLOCATIONS.lookup("uniform", where="predict").proposal(sel, params, group_size)
+    for key, (M, sig) in terms.items():
+        base[key] = predict(uni.mu, uni.weights, M, probe.tokens, signal=sig, d=uni.mu)
+    for name in names:
+        entry = ALLOCATIONS.lookup(name, where="lab.allocations")
+        prop = entry.proposal(sel, params, group_size)
+        keep = None if prop.keep is None else entry.proposal(ev, params, group_size).keep
+        row: dict[str, Any] = {"biased": prop.biased, "shaped": prop.shaped}
+        for key, (M, sig) in terms.items():
+            if prop.shaped:
+                row[key] = None
+                continue
+            pr = predict(prop.mu, prop.weights, M, probe.tokens, keep=keep, signal=sig, d=uni.mu)
+            row[key] = {"second_moment": pr.second_moment, "tokens_per_sample": pr.tokens, "signal_scale": pr.signal_scale,
+                        "gain": pr.gain_over(base[key])}
+        out[name] = row
+    return out
+
+
+def _realise(engine: Any, name: str, prop: Any, probe: ProbeResult, cfg: LabConfig, refs: dict[str, Any],
+             state_of: Any, shaper: Any, desc: str, n_batches: int) -> tuple[MomentRecord, dict[str, float], Any]:
+    from tqdm.auto import tqdm
+
+    from vsr.seeding import derive_seed
+
+    acc = BlockMoments(engine.n_params, blocks=cfg.blocks, references=refs)
+    rng = np.random.default_rng(derive_seed(cfg.seed, "lab", name, "states"))
+    t_s = t_g = 0.0
+    generated = kept = 0
+    for n in tqdm(range(n_batches), desc=desc, disable=not cfg.progress, unit="batch"):
+        t0 = time.perf_counter()
+        b = draw_batch(name, prop, probe, cfg.allocation, engine=engine, rng=rng, K=cfg.groups, G=cfg.group_size,
+                       seed=derive_seed(cfg.seed, "lab", name, n), state_of=state_of, shaper=shaper)
+        t1 = time.perf_counter()
+        g = engine.gradient(list(b.groups), list(b.weights), advantages=b.advantages, normaliser=b.normaliser)
+        t_g += time.perf_counter() - t1
+        t_s += t1 - t0
+        acc.add(g, tokens=b.tokens)
+        generated += b.generated_groups
+        kept += len(b.groups)
+    cost = {"sampling_s": t_s, "gradient_s": t_g, "generated_groups": float(generated), "kept_groups": float(kept)}
+    return acc.record(), cost, acc.mean()
+
+
+def run_lab(cfg: LabConfig) -> dict[str, Any]:
+    """Run (or resume) the lab into ``cfg.out`` and return the summary (module doc)."""
+    from tqdm.auto import tqdm
+
+    from vsr.atomic import atomic_path, write_json
+    from vsr.runlock import locked_folder
+
+    names = allocation_names(cfg.allocations)
+    out = Path(cfg.out)
+    with locked_folder(out, field="out"):
+        tcfg = _train_cfg(cfg)
+        from llm_harness.lab.engine import LabEngine
+
+        t_start = time.perf_counter()
+        engine = LabEngine(tcfg)
+        try:
+            check_memory(engine.n_params, cfg.blocks + 4)
+            problems = engine.problems[: cfg.prompts]
+            if len(problems) < 2:
+                raise ValueError(f"prompts: the pool has {len(problems)} problems; the lab needs >= 2")
+            engine.problems = problems
+            space = build_state_space([len(engine.solution_ids(p)) if p.solution else None for p in problems], cfg.alphas,
+                                      tcfg.rollout.max_new_tokens)
+            base = {"format": FORMAT, "model": tcfg.model.path, "task": tcfg.task.name, "task_params": dict(tcfg.task.params),
+                    "pool": tcfg.task.pool, "problems": [p.id for p in problems], "rollout": asdict(tcfg.rollout),
+                    "seed": cfg.seed}
+            fp_probe = _fingerprint({**base, "alphas": list(cfg.alphas), "probe_samples": cfg.probe_samples,
+                                     "score_samples": cfg.score_samples})
+            doc = _load(out / "probe.json", fp_probe)
+            if doc is None:
+                bar = tqdm(total=space.size, desc="probe", disable=not cfg.progress, unit="state")
+
+                def tick(done: int, total: int) -> None:
+                    bar.n = done
+                    bar.refresh()
+
+                probe = run_probe(engine, space, samples=cfg.probe_samples, score_samples=cfg.score_samples,
+                                  seed=cfg.seed * 1_000_003 + 17, progress=tick)
+                bar.close()
+                write_json(out / "probe.json", {"format": FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
+            else:
+                probe = ProbeResult.from_plain(doc)
+            preds = predictions(probe, cfg.allocation, names, cfg.group_size)
+
+            def state_of(s: int, n: int) -> Any:
+                p = problems[int(space.problem[s])]
+                if space.alpha[s] == 0:
+                    return engine.prompt_state(p, n)
+                return engine.prefix_state(p, int(space.cut[s]), float(space.alpha[s]), n)
+
+            common = {**base, "probe": fp_probe, "groups": cfg.groups, "group_size": cfg.group_size, "blocks": cfg.blocks}
+            refs, ref_norm2, ref_docs = {}, {}, {}
+            held = engine.heldout_problems(cfg.heldout)
+            for ref in ("pool", "heldout"):
+                fp = _fingerprint({**common, "reference": ref, "batches": cfg.reference_batches, "heldout": cfg.heldout})
+                path = out / f"reference_{ref}.json"
+                vec_path = out / f"reference_{ref}.npy"
+                doc = _load(path, fp)
+                if doc is not None and vec_path.exists():
+                    import torch
+
+                    refs[ref] = torch.from_numpy(np.load(vec_path))
+                    rec = MomentRecord.from_plain(doc["moments"])
+                else:
+                    rec, cost, mean = _reference(engine, ref, probe, cfg, state_of, held)
+                    refs[ref] = mean
+                    with atomic_path(vec_path) as tmp:  # the vector, only to resume (not a result: .gitignore leaves it out)
+                        with open(tmp, "wb") as fh:
+                            np.save(fh, mean.numpy())
+                    doc = {"format": FORMAT, "fingerprint": fp, "moments": rec.to_plain(), "cost": cost}
+                    write_json(path, doc)
+                ref_docs[ref] = doc
+                ref_norm2[f"{ref}_norm2"] = estimate(rec, "mean_sq").value
+            records: dict[str, MomentRecord] = {}
+            costs: dict[str, dict[str, float]] = {}
+            for name in names:
+                prop = ALLOCATIONS.lookup(name, where="lab.allocations").proposal(probe.selection(), cfg.allocation,
+                                                                                  cfg.group_size)
+                fp = _fingerprint({**common, "allocation": name, "proposal": _proposal_key(prop, cfg.allocation),
+                                   "batches": cfg.batches, "references": {k: d["fingerprint"] for k, d in ref_docs.items()}})
+                path = out / f"alloc_{name}.json"
+                doc = _load(path, fp)
+                if doc is None:
+                    shaper = _extra_shaper(engine, cfg.allocation) if prop.shaped else None
+                    rec, cost, _ = _realise(engine, name, prop, probe, cfg, refs, state_of, shaper, name, cfg.batches)
+                    doc = {"format": FORMAT, "fingerprint": fp, "moments": rec.to_plain(), "cost": cost}
+                    write_json(path, doc)
+                records[name] = MomentRecord.from_plain(doc["moments"])
+                costs[name] = doc["cost"]
+            summary = summarise(records, costs, preds, ref_norm2, probe, cfg, engine.n_params)
+            summary["wall_s"] = time.perf_counter() - t_start
+            summary = _finite(summary)
+            write_json(out / "summary.json", summary)
+            (out / "report.md").write_text(render_report(summary), encoding="utf-8")
+            gain_figure(summary, out / "lab_gain.png")
+            return summary
+        finally:
+            engine.close()
+
+
+def _reference(engine: Any, ref: str, probe: ProbeResult, cfg: LabConfig, state_of: Any, held: tuple[Any, ...]) -> Any:
+    """The uniform allocation over the pool (``pool``) or over held-out problems (``heldout``), ``reference_batches`` batches."""
+    if ref == "pool":
+        prop = ALLOCATIONS.lookup("uniform", where="reference").proposal(probe.selection(), cfg.allocation, cfg.group_size)
+        return _realise(engine, "reference_pool", prop, probe, cfg, {}, state_of, None, "reference pool",
+                        cfg.reference_batches)
+    from llm_harness.lab.allocations import Proposal
+    from llm_harness.lab.probe import StateSpace
+
+    H = len(held)
+    space = StateSpace(np.arange(H), np.zeros(H), np.zeros(H, dtype=np.int64), H)
+    fake = ProbeResult(space, np.full(H, 2), np.ones(H, dtype=np.int64), np.ones(H), np.full(H, np.nan))
+    prop = Proposal(np.full(H, 1.0 / H), np.ones(H))
+    return _realise(engine, "reference_heldout", prop, fake, cfg, {}, lambda s, n: engine.prompt_state(held[s], n), None,
+                    "reference held-out", cfg.reference_batches)
+
+
+def _extra_shaper(engine: Any, params: AllocationParams) -> Any:
+    from llm_harness.methods.extra import NOVELTY_SIGNALS
+
+    signal = NOVELTY_SIGNALS.lookup(params.extra_novelty, where="allocation.extra_novelty")({}, engine.ctx, "allocation.extra")
+
+    def shape(groups: list[Any]) -> list[np.ndarray]:
+        return signal.bonuses(groups, {}, 1)
+
+    return shape
+
+
+STATS = ("trvar", "mean_sq", "snr", "snr_per_ktok", "tokens", "dot:pool", "dot:heldout", "aligned_sq:pool",
+         "aligned_snr_per_ktok:pool", "aligned_snr_per_ktok:heldout", "cos:pool", "cos:heldout")
+#: realised gains over ``uniform``: the headline (SNR along the pool's gradient per token), the same along the held-out
+#: gradient, and the full SNR (noisier: ``‖E g‖²`` needs many more batches; moments module doc)
+GAINS = {"aligned_pool": "aligned_snr_per_ktok:pool", "aligned_heldout": "aligned_snr_per_ktok:heldout",
+         "full_snr": "snr_per_ktok"}
+
+
+def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]],
+              ctx: dict[str, float], probe: ProbeResult, cfg: LabConfig, n_params: int) -> dict[str, Any]:
+    """Every statistic with its interval, the realised gains over ``uniform`` and the predictions, as plain data."""
+    rows = []
+    base = records.get("uniform")
+    for name, rec in records.items():
+        st = {k: estimate(rec, k, ctx).to_plain() for k in STATS}
+        gains = {g: (log_ratio_interval(rec, base, stat, ctx, ctx).to_plain() if base is not None else None)
+                 for g, stat in GAINS.items()}
+        signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
+        var_ratio = None
+        p3 = preds[name].get("b3")
+        if p3 is not None:
+            n_kept = cfg.groups * cfg.group_size
+            var_ratio = (p3["second_moment"] / n_kept) / st["trvar"]["value"] if st["trvar"]["value"] > 0 else math.nan
+        rows.append({"name": name, "summary": ALLOCATIONS.lookup(name, where="summary").summary, "stats": st,
+                     "realised_gain": gains["aligned_pool"], "realised_gains": gains, "signal_sq_ratio": signal,
+                     "predicted": preds[name], "predicted_over_realised_trvar": var_ratio, "cost": costs[name],
+                     "batches": rec.n})
+    pre = probe.space.is_prefix
+    return {
+        "format": FORMAT, "config": _plain(cfg), "n_params": n_params,
+        "probe": {"states": probe.space.size, "prompts": probe.space.n_prompts, "prefix_states": int(pre.sum()),
+                  "prompt_pass_rate": float(np.mean(probe.k[~pre] / probe.n[~pre])),
+                  "prompt_mixed_share": float(np.mean((probe.k[~pre] > 0) & (probe.k[~pre] < probe.n[~pre]))),
+                  "prefix_pass_rate_by_alpha": {f"{a:g}": float(np.mean(probe.k[pre & (probe.space.alpha == a)]
+                                                                      / probe.n[pre & (probe.space.alpha == a)]))
+                                                for a in sorted(set(probe.space.alpha[pre].tolist()))},
+                  "score_sq_prompt": _nanmean(probe.score_sq[~pre]), "score_sq_prefix": _nanmean(probe.score_sq[pre]),
+                  "score_by_outcome": probe.score_by_outcome(),
+                  "tokens_prompt": float(np.mean(probe.tokens[~pre])),
+                  "tokens_prefix": float(np.mean(probe.tokens[pre])) if pre.any() else None,
+                  "wall_s": probe.wall_s},
+        "reference_norm2": ctx, "allocations": rows,
+    }
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every non-finite float replaced by ``None`` (strict JSON)."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _nanmean(x: np.ndarray) -> float | None:
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.nanmean(x)) if np.isfinite(x).any() else None
+
+
+def _plain(cfg: LabConfig) -> dict[str, Any]:
+    d = asdict(cfg)
+    d["alphas"] = list(cfg.alphas)
+    d["allocations"] = list(cfg.allocations)
+    return d
+
+
+def _fmt(e: dict[str, float] | None, spec: str = ".2f") -> str:
+    if not e or e.get("value") is None:
+        return "n/a"
+    if e.get("lo") is None or e.get("hi") is None:
+        return f"{e['value']:{spec}}"
+    return f"{e['value']:{spec}} [{e['lo']:{spec}}, {e['hi']:{spec}}]"
+
+
+def _num(x: float | None, spec: str = ".2f") -> str:
+    return "n/a" if x is None else f"{x:{spec}}"
+
+
+def _b3_check(b: dict[str, Any]) -> str:
+    parts = [f"{kind}s {b[kind + '_ratio']:.2f} ({b[kind + '_success_n']} successes measured)"
+             for kind in ("prompt", "prefix") if b.get(kind + "_ratio") is not None]
+    return (" Assumption B.3 check, ‖∇ log π‖² of successes over failures: " + ", ".join(parts) + " (1 under B.3)."
+            if parts else "")
+
+
+def render_report(s: dict[str, Any]) -> str:
+    """Markdown: the probe, then one row per allocation: predicted gain (B.4, B.3) vs realised, and the terms."""
+    c, p = s["config"], s["probe"]
+    lines = [
+        "# Allocation lab: predicted vs realised gradient signal per generated token", "",
+        f"Model `{c['model'] or '(training config)'}`, training config `{c['train_config']}`, {p['prompts']} prompts and "
+        f"{p['prefix_states']} prefix states (α {', '.join(f'{a:g}' for a in c['alphas'])}); mini-batches of "
+        f"{c['groups']} groups × {c['group_size']}, {c['batches']} per allocation, {c['blocks']} jackknife blocks "
+        f"(95 % t intervals); references from {c['reference_batches']} batches; seed {c['seed']}; "
+        f"{s['n_params']:,} parameters.", "",
+        f"Probe: prompt pass rate {p['prompt_pass_rate']:.3f}, {100 * p['prompt_mixed_share']:.0f} % of prompts mixed "
+        f"in {c['probe_samples']} samples; prefix pass rate by α: "
+        + ", ".join(f"{a}: {v:.2f}" for a, v in p["prefix_pass_rate_by_alpha"].items()) + "; mean tokens per sample "
+        f"{p['tokens_prompt']:.1f} (prompts)" + (f", {p['tokens_prefix']:.1f} (prefixes)" if p["tokens_prefix"] else "")
+        + (f"; score norm ‖∇ log π‖² {p['score_sq_prompt']:.3g} (prompts), {p['score_sq_prefix']:.3g} (prefixes)"
+           if p["score_sq_prompt"] and p["score_sq_prefix"] else "") + "." + _b3_check(p.get("score_by_outcome") or {}), "",
+        "Gain = SNR per generated token relative to `uniform` (GRPO). **Predicted** from VSR App. B (Lemma B.1) with "
+        "M(s) = G(s) σ²(s) G/(G−1): B.4 takes the score norm G(s) constant, B.3 the probe's; the signal of a biased "
+        "allocation from Assumption S (each state's expected gradient σ(s) √G(s) along one direction; "
+        "`llm_harness/lab/predict.py`). **Realised** from "
+        "independent mini-batches at the same parameters: the SNR of the signal along the large-batch pool gradient "
+        "r, ⟨E g, r⟩² / tr Var per token (the headline: resolved with few batches), the same along the held-out "
+        "gradient, and the full ‖E g‖² / tr Var (noisier). `signal²`: ⟨E g, r⟩² relative to uniform (1 for an "
+        "unbiased allocation; DAPO's scale is 1/P(kept)²). `pred/real tr Var`: the B.3 predicted per-batch variance "
+        "over the realised one (1 = the variance term of the theory is right). cos: cosine of E g with r (noisy "
+        "when ‖E g‖² is not resolved). Δ held-out: ⟨E g, ∇J_heldout⟩, the first-order change of held-out success "
+        "per unit step along E g.", "",
+        "| allocation | predicted (B.4) | predicted (B.3) | realised, pool direction | realised, held-out direction "
+        "| realised, full SNR | signal² | pred/real tr Var | cos pool | Δ held-out | tokens / batch "
+        "| s / batch (sample + grad) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in s["allocations"]:
+        st, pr, g = r["stats"], r["predicted"], r["realised_gains"]
+        b4 = _num(pr["b4"]["gain"]) if pr.get("b4") else "—"
+        b3 = _num(pr["b3"]["gain"]) if pr.get("b3") else "—"
+        if pr.get("biased") and pr.get("b3"):
+            b4, b3 = b4 + "*", b3 + "*"
+        vr = r["predicted_over_realised_trvar"]
+        cost = r["cost"]
+        nb = max(1, r["batches"])
+        per = (cost["sampling_s"] + cost["gradient_s"]) / nb
+        lines.append(
+            f"| `{r['name']}` | {b4} | {b3} | {_fmt(g['aligned_pool'])} | {_fmt(g['aligned_heldout'])} | "
+            f"{_fmt(g['full_snr'])} | {_fmt(r['signal_sq_ratio'])} | {'—' if vr is None else f'{vr:.2f}'} | "
+            f"{_fmt(st['cos:pool'])} | {_fmt(st['dot:heldout'], '.3g')} | {st['tokens']['value']:.0f} | "
+            f"{per:.2f} ({cost['sampling_s'] / nb:.2f} + {cost['gradient_s'] / nb:.2f}) |")
+    lines += ["", "\\* biased allocation: E g is not a multiple of ∇J; its predicted signal rests on Assumption S "
+              "(the realised signal² and cosines test it).  — : ExTra's shaped advantages, no prediction.", ""]
+    return "\n".join(lines)
+
+
+def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
+    """Predicted (B.3) vs realised gain per token, log-log, with the realised intervals and the diagonal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vsr.atomic import atomic_path
+
+    pts = [(r["name"], r["predicted"]["b3"]["gain"], r["realised_gain"]) for r in s["allocations"]
+           if r["predicted"].get("b3") and r["predicted"]["b3"]["gain"] is not None and r["realised_gain"] and r["realised_gain"]["value"] is not None
+           and r["realised_gain"]["value"] > 0]
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    for name, pred, real in pts:
+        lo, hi = real["lo"], real["hi"]
+        yerr = None if lo is None or hi is None else [[real["value"] - lo], [hi - real["value"]]]
+        ax.errorbar([pred], [real["value"]], yerr=yerr, fmt="o", capsize=3)
+        ax.annotate(name, (pred, real["value"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    vals = [v for _, p, r in pts for v in (p, r["value"], r["lo"], r["hi"]) if v is not None and v > 0]
+    lo, hi = min(vals) / 1.3, max(vals) * 1.3
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="predicted = realised")
+    ax.axhline(1.0, color="black", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("predicted gain over uniform (VSR App. B, B.3)")
+    ax.set_ylabel("realised gain (SNR per token), 95 % CI")
+    ax.set_title("Allocation lab: where rollouts should be spent", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=130)
+    plt.close(fig)
+    return path
+
+
+def lab_command(cfg: LabConfig) -> int:
+    """``vsr lab``: run or resume the lab and print the report's table."""
+    s = run_lab(cfg)
+    print(render_report(s))
+    print(f"-> {cfg.out}/report.md, summary.json, lab_gain.png ({s['wall_s']:.0f} s)")
+    return 0
