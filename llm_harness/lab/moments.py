@@ -205,6 +205,10 @@ def _stat_snr_per_ktok(N, Q, SS, T, dots, ctx):
     return _stat_snr(N, Q, SS, T, dots, ctx) / (tok / 1000.0) if tok > 0 else math.nan
 
 
+def _stat_noise_per_ktok(N, Q, SS, T, dots, ctx):
+    return _trvar(N, Q, SS) * (T / N) / 1000.0
+
+
 def _dot(name: str) -> Callable[..., float]:
     def f(N, Q, SS, T, dots, ctx):
         return dots[name] / N
@@ -248,6 +252,7 @@ STATISTICS: dict[str, Callable[..., float]] = {
     "snr": _stat_snr,
     "tokens": _stat_tokens,
     "snr_per_ktok": _stat_snr_per_ktok,
+    "noise_per_ktok": _stat_noise_per_ktok,
 }
 
 

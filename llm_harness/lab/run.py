@@ -361,6 +361,7 @@ def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float
         gains = {g: (log_ratio_interval(rec, base, stat, ctx, ctx).to_plain() if base is not None else None)
                  for g, stat in GAINS.items()}
         signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
+        gains["variance"] = _variance_gain(rec, base, name, costs, preds) if base is not None else None
         var_ratio = None
         p3 = preds[name].get("b3")
         if p3 is not None:
@@ -386,6 +387,28 @@ def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float
                   "wall_s": probe.wall_s},
         "reference_norm2": ctx, "allocations": rows,
     }
+
+
+def _variance_gain(rec: MomentRecord, base: MomentRecord, name: str, costs: dict[str, dict[str, float]],
+                   preds: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Realised gain with the signal taken from theory: ``s² · (tr Var · tokens)_uniform / (tr Var · tokens)_A``.
+
+    ``s`` is 1 for an importance-weighted allocation (unbiasedness is a theorem: this is then its realised SNR gain,
+    resolved long before ‖E g‖² is), the realised ``generated / kept`` groups for DAPO, and Assumption S's prediction
+    (B.3 terms) for a biased allocation (``signal_from`` says which). None for ExTra (no signal model)."""
+    p3 = preds[name].get("b3")
+    if p3 is None:
+        return None
+    e = log_ratio_interval(base, rec, "noise_per_ktok")
+    c = costs[name]
+    if preds[name].get("biased"):
+        s, source = p3["signal_scale"], "assumption S"
+    elif c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
+        s, source = c["generated_groups"] / c["kept_groups"], "1/P(kept), realised"
+    else:
+        s, source = 1.0, "unbiased"
+    f = s * s
+    return {"value": e.value * f, "lo": e.lo * f, "hi": e.hi * f, "se": e.se, "signal_from": source}
 
 
 def _finite(x: Any) -> Any:
@@ -450,17 +473,20 @@ def render_report(s: dict[str, Any]) -> str:
         "M(s) = G(s) σ²(s) G/(G−1): B.4 takes the score norm G(s) constant, B.3 the probe's; the signal of a biased "
         "allocation from Assumption S (each state's expected gradient σ(s) √G(s) along one direction; "
         "`llm_harness/lab/predict.py`). **Realised** from "
-        "independent mini-batches at the same parameters: the SNR of the signal along the large-batch pool gradient "
-        "r, ⟨E g, r⟩² / tr Var per token (the headline: resolved with few batches), the same along the held-out "
+        "independent mini-batches at the same parameters: first the variance side, (tr Var × tokens) of uniform over "
+        "the allocation's, times the signal² that theory gives (1 for importance-weighted allocations, whose E g = ∇J "
+        "is a theorem; 1/P(kept)² for DAPO from its realised kept share; Assumption S for the biased ones, marked *) — "
+        "resolved with few batches; then the SNR of the signal along the large-batch pool gradient "
+        "r, ⟨E g, r⟩² / tr Var per token, the same along the held-out "
         "gradient, and the full ‖E g‖² / tr Var (noisier). `signal²`: ⟨E g, r⟩² relative to uniform (1 for an "
         "unbiased allocation; DAPO's scale is 1/P(kept)²). `pred/real tr Var`: the B.3 predicted per-batch variance "
         "over the realised one (1 = the variance term of the theory is right). cos: cosine of E g with r (noisy "
         "when ‖E g‖² is not resolved). Δ held-out: ⟨E g, ∇J_heldout⟩, the first-order change of held-out success "
         "per unit step along E g.", "",
-        "| allocation | predicted (B.4) | predicted (B.3) | realised, pool direction | realised, held-out direction "
-        "| realised, full SNR | signal² | pred/real tr Var | cos pool | Δ held-out | tokens / batch "
-        "| s / batch (sample + grad) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| allocation | predicted (B.4) | predicted (B.3) | realised: variance, signal from theory "
+        "| realised: pool direction | realised: held-out direction | realised: full SNR | signal² | pred/real tr Var "
+        "| cos pool | Δ held-out | tokens / batch | s / batch (sample + grad) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in s["allocations"]:
         st, pr, g = r["stats"], r["predicted"], r["realised_gains"]
@@ -473,7 +499,8 @@ def render_report(s: dict[str, Any]) -> str:
         nb = max(1, r["batches"])
         per = (cost["sampling_s"] + cost["gradient_s"]) / nb
         lines.append(
-            f"| `{r['name']}` | {b4} | {b3} | {_fmt(g['aligned_pool'])} | {_fmt(g['aligned_heldout'])} | "
+            f"| `{r['name']}` | {b4} | {b3} | {_fmt(g.get('variance'))}{'*' if (g.get('variance') or {}).get('signal_from') == 'assumption S' else ''} | "
+            f"{_fmt(g['aligned_pool'])} | {_fmt(g['aligned_heldout'])} | "
             f"{_fmt(g['full_snr'])} | {_fmt(r['signal_sq_ratio'])} | {'—' if vr is None else f'{vr:.2f}'} | "
             f"{_fmt(st['cos:pool'])} | {_fmt(st['dot:heldout'], '.3g')} | {st['tokens']['value']:.0f} | "
             f"{per:.2f} ({cost['sampling_s'] / nb:.2f} + {cost['gradient_s'] / nb:.2f}) |")

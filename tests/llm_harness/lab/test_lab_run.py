@@ -109,3 +109,40 @@ def test_probe_halves_and_the_b3_check():
     assert b["prompt_ratio"] == pytest.approx(4.0) and b["prefix_success_n"] == 2
     again = ProbeResult.from_plain(probe.to_plain())
     assert again.k_split.tolist() == probe.k_split.tolist() and np.array_equal(again.score_each, probe.score_each)
+
+
+def test_batch_gradient_is_the_gradient_of_the_weighted_objective(monkeypatch):
+    """``LabEngine.gradient`` equals the autograd gradient of ``F(θ) = Σ_j w_j Σ_i A_ij log π(y_ij | s_j) / n`` written
+    out independently here (sign, prompt/prefix masking, leave-one-out advantages, weights and normaliser)."""
+    from dataclasses import replace
+
+    import torch
+
+    from llm_harness.lab.engine import LabEngine
+    from llm_harness.lab.run import _train_cfg
+    from llm_harness.trainer.data import build_batch
+    from llm_harness.trainer.modeling import sequence_logprobs
+
+    monkeypatch.chdir(ROOT)
+    eng = LabEngine(_train_cfg(LabConfig(pool=str(POOL), group_size=4)))
+    try:
+        probs = eng.problems[:3]
+        states = [eng.prompt_state(probs[0], 4), eng.prefix_state(probs[1], 5, 0.25, 4), eng.prompt_state(probs[2], 4)]
+        groups = eng.sample(states, seed=3)
+        eng.model.double()
+        for g in groups:  # rewards forced mixed so every group carries gradient
+            g.rewards[:] = np.array([1.0, 0.0, 0.0, 1.0])
+        w = [0.5, 2.0, 1.0]
+        got = eng.gradient(groups, w, normaliser=10).double()
+        adv = np.array([2, -2, -2, 2]) / 3.0  # r_i − mean of the other three
+        b = build_batch([replace(g, advantages=adv * wj) for g, wj in zip(groups, w)], eng.codec.pad_token_id)
+        assert int(b.loss_mask[4:8].sum()) == sum(len(r) for r in groups[1].response_ids)  # the prefix is not scored
+        for p in eng.params:
+            p.grad = None
+        lp, _ = sequence_logprobs(eng.model, b.input_ids, b.attention_mask, b.loss_mask, with_entropy=False)
+        (((lp * b.loss_mask).sum(-1) * b.advantages.double()).sum() / 10).backward()
+        want = torch.cat([p.grad.reshape(-1) for p in eng.params])
+        assert float((got - want).norm() / want.norm()) < 1e-6
+        assert float(eng.gradient(groups, [0.0, 0.0, 0.0]).norm()) == 0.0
+    finally:
+        eng.close()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The allocation lab's committed runs (issue 38): figures/lab/<bed>/ for the test bed's `low` checkpoint on the VSR
+# pool, the `mid` checkpoint on the normal split, and SmolLM2-135M-Instruct on the arithmetic ladder (vLLM on the CPU).
+# Usage: scripts/lab_runs.sh [low|mid|real ...]   (default: all three, in that order)
+# Resumable: rerun the same command and every finished step (probe, references, allocations) is kept.
+# Needs `make install`; `real` also needs `make real-model` and `make vllm-test` (builds .venv-vllm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-figures/lab}"
+export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+run() {  # run NAME PYTHON ARGS...
+  local name="$1" py="$2"; shift 2
+  local dir="$OUT/$name"
+  mkdir -p "$dir"
+  echo "[$(date -u +%H:%M:%S)] lab $name: start -> $dir" >&2
+  /usr/bin/time -f "%e s wall, %M KiB peak RSS" -o "$dir/time.txt" "$py" -m vsr lab --out "$dir" --no-progress "$@"
+  echo "[$(date -u +%H:%M:%S)] lab $name: done ($(cat "$dir/time.txt"))" >&2
+}
+BEDS=("$@"); [ ${#BEDS[@]} -gt 0 ] || BEDS=(low mid real)
+for b in "${BEDS[@]}"; do
+  case "$b" in
+    low)  # the sparse regime: 128 hard prompts (at most one success in 16), p ≈ 0.04
+      run low .venv/bin/python --train-config configs/regime_grpo.yaml --pool figures/compare_vsr_regime/pool.json \
+        --prompts 128 --batches 64 ;;
+    mid)  # the normal split: the first 128 training problems of step arithmetic, p ≈ 0.4
+      run mid .venv/bin/python --train-config configs/testbed_grpo.yaml --prompts 128 --batches 64 ;;
+    real)  # a real pretrained model: 48 ladder prompts, vLLM sampling, smaller batches (a batch costs ~10 s here)
+      run real .venv-vllm/bin/python --train-config configs/real_smollm2_vsr_grpo.yaml --backend vllm \
+        --prompts 48 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 24 \
+        --reference-batches 32 --heldout 64 \
+        --allocations uniform dapo prompt_neyman prompt_variance vsr_linear vsr_calibrated prefix_oracle ;;
+    *) echo "unknown test bed '$b' (choose from: low mid real)" >&2; exit 2 ;;
+  esac
+done
