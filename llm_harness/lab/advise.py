@@ -64,6 +64,8 @@ class AdviseConfig:
     """Allocation knobs (those in the tuned grids are chosen by the prediction)."""
     seed: int = 0
     """Seed of the probe and the bootstrap."""
+    out: str = ""
+    """Also write the table and recommendation as JSON here (and the printed text beside it, ``.txt``)."""
     progress: bool = True
     """Progress bar for the probe."""
 
@@ -239,6 +241,17 @@ def render(res: dict[str, Any]) -> str:
 
 
 def advise_command(cfg: AdviseConfig) -> int:
-    """``vsr advise``: print the table and the recommendation."""
-    print(render(advise(cfg)))
+    """``vsr advise``: print the table and the recommendation (and write them with ``--out``)."""
+    res = advise(cfg)
+    text = render(res)
+    print(text)
+    if cfg.out:
+        from pathlib import Path
+
+        from llm_harness.lab.run import _finite
+        from vsr.atomic import write_json
+
+        write_json(cfg.out, _finite({**res, "config": {k: (list(v) if isinstance(v, tuple) else v)
+                                                        for k, v in vars(cfg).items() if k != "allocation"}}))
+        Path(cfg.out).with_suffix(".txt").write_text(text + "\n", encoding="utf-8")
     return 0

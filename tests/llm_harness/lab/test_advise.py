@@ -70,3 +70,23 @@ def test_config_errors():
     with pytest.raises(ValueError, match="alphas"):
         AdviseConfig(alphas=(0.0,))
     assert math.isnan(gains(_probe(np.full(4, 0.5), {0.5: 0.5}), AllocationParams(), 8, ("extra",))["extra"])
+
+
+def test_advise_end_to_end_on_the_test_bed(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from llm_harness.lab.advise import advise_command
+
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)
+    out = tmp_path / "advise.json"
+    cfg = AdviseConfig(pool=str(root / "figures" / "compare_vsr_regime" / "pool.json"), prompts=8, probe_samples=4,
+                       score_samples=1, bootstrap=20, out=str(out), progress=False)
+    assert advise_command(cfg) == 0
+    text = capsys.readouterr().out
+    assert "prompt_neyman" in text and ("Use " in text or "Stay with uniform" in text or "No allocation" in text)
+    import json
+
+    doc = json.loads(out.read_text())
+    assert {r["name"] for r in doc["rows"]} >= {"uniform", "dapo", "vsr_linear", "extra"}
+    assert doc["probe_wall_s"]["sampling"] > 0 and out.with_suffix(".txt").read_text().startswith("vsr advise:")
