@@ -25,6 +25,7 @@ FIGURES: Registry[tuple[str, str]] = Registry("figure", {
     "training_curve": ("llm_harness.trainer.figures:make_training_curve_figure", "short GRPO run from the test-bed 'mid' checkpoint"),
     "vsr_curriculum": ("llm_harness.compare.runner:make_curriculum_figure", "VSR's reverse curriculum on the test bed: replayed alpha, success vs alpha, mixed groups over training (small vsr_regime run)"),
     "testbed_agents": ("llm_harness.testbed.figures:make_agent_figures", "test-bed agents' continuation success vs alpha (from their cards)"),
+    "lab_small": ("llm_harness.lab.run:make_lab_figure", "allocation lab, small: predicted vs realised gradient SNR per token (test-bed 'mid', 4 allocations)"),
 })
 
 

@@ -16,8 +16,13 @@ Which terms are estimated and how (the probe, :mod:`llm_harness.lab.probe`):
   where it cancels from every ratio).
 * ``‖E X‖²`` is dropped: it is below 1 % of ``E‖X‖²`` whenever the per-sample SNR is, which the realised
   statistics check (a per-sample SNR of 0.01 is already high for policy gradients).
-* Samples of one group share their state; the covariance this adds (O(1/G) through the shared baseline) is
-  ignored.
+* Samples of one group share their state. Two *different* continuations have nearly orthogonal score vectors
+  in a model's parameter space and their covariance (O(1/G) through the shared baseline) is ignored; two
+  *identical* continuations have identical score vectors and identical advantages, so a state that repeats
+  itself adds about ``(G − 1) G(s) Σ_r D_r (r − p)²`` per sample (``D_r`` the share of ordered pairs
+  that are the same continuation with reward ``r``, measured by the probe): the "+dup" prediction
+  (:func:`duplicate_second_moment`). Late expert prefixes, whose successful continuations are one string,
+  are where it matters.
 * Tokens: ``T(s)``, the mean continuation length at ``s``; DAPO's filtered groups are generated and paid
   for but do not enter the mean.
 
@@ -44,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Prediction", "leave_one_out_inflation", "predict", "unbiased_bernoulli_variance"]
+__all__ = ["Prediction", "duplicate_second_moment", "leave_one_out_inflation", "predict", "unbiased_bernoulli_variance"]
 
 
 def leave_one_out_inflation(group_size: int) -> float:
@@ -61,6 +66,25 @@ def unbiased_bernoulli_variance(k, n) -> np.ndarray:
     if np.any(n < 2) or np.any(k < 0) or np.any(k > n):
         raise ValueError("unbiased_bernoulli_variance: need n >= 2 and 0 <= k <= n")
     return k * (n - k) / (n * (n - 1.0))
+
+
+def duplicate_second_moment(group_size: int, score_sq, p, dup_success, dup_failure) -> np.ndarray:
+    """Per-sample second moment added by identical continuations within a group (module doc): a duplicate pair
+    ``i, j`` with reward ``r`` has ``A_i = A_j`` and, given ``r_j = r``, ``E[A_i²] = c² (r − p)² + (G − 2) σ²/(G − 1)²``
+    with ``c = (G − 2)/(G − 1)``; per sample ``(G − 1) G(s) Σ_r D_r E[A_i² | pair, r]``, ``σ² = p (1 − p)``."""
+    leave_one_out_inflation(group_size)
+    G = float(group_size)
+    g = np.asarray(score_sq, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    d1 = np.asarray(dup_success, dtype=np.float64)
+    d0 = np.asarray(dup_failure, dtype=np.float64)
+    if np.any(d1 < 0) or np.any(d0 < 0) or np.any(d1 + d0 > 1 + 1e-12):
+        raise ValueError("dup_success, dup_failure: shares of pairs, each >= 0, summing to <= 1")
+    var = p * (1.0 - p)
+    # A_i = A_j for a duplicate pair with reward r; given r_j = r, A_i = r (G−2)/(G−1) − (sum of the G−2 others)/(G−1)
+    a = ((G - 2.0) / (G - 1.0)) ** 2
+    b = (G - 2.0) / (G - 1.0) ** 2 * var
+    return (G - 1.0) * g * (d1 * (a * (1.0 - p) ** 2 + b) + d0 * (a * p**2 + b))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ expert cold start replays). Per state the probe draws ``n`` samples and keeps
 * optionally ``‖∇ log π(y|s)‖²`` of the first ``score_samples`` samples (the score norm ``G(s)`` of
   Assumption B.3; one backward pass per sample), with those samples' rewards (B.3 says the norm does not
   depend on the reward: :meth:`ProbeResult.score_by_outcome` checks it);
+* ``dup_success`` / ``dup_failure``: the share of ordered pairs of a state's samples that are the *same*
+  continuation, token for token, with both succeeding / both failing. Near-deterministic states (late expert
+  prefixes, confident prompts) repeat continuations, and two identical samples in a group have identical
+  score vectors: the group's G samples are then fewer than G independent draws
+  (:func:`llm_harness.lab.predict.duplicate_second_moment`).
 * ``k_split``: the successes among the first half of the samples. Allocations are built from one half
   (:meth:`ProbeResult.selection`) and predicted from the other (:meth:`ProbeResult.evaluation`): a proposal
   chosen from the same samples that estimate its variance would be judged on its own noise (a prompt with no
@@ -29,7 +34,7 @@ import numpy as np
 
 from llm_harness.lab.predict import unbiased_bernoulli_variance
 
-__all__ = ["ProbeResult", "StateSpace", "build_state_space", "jeffreys", "run_probe"]
+__all__ = ["ProbeResult", "StateSpace", "build_state_space", "duplicate_shares", "jeffreys", "run_probe"]
 
 
 def jeffreys(k, n) -> np.ndarray:
@@ -104,6 +109,10 @@ class ProbeResult:
     """``[S, m]``: ``‖∇ log π‖²`` of each measured sample (NaN where none)."""
     score_reward: np.ndarray | None = None
     """``[S, m]``: the rewards of those samples."""
+    dup_success: np.ndarray | None = None
+    """Share of ordered sample pairs that are identical successful continuations (``None``: not measured)."""
+    dup_failure: np.ndarray | None = None
+    """Share of ordered sample pairs that are identical failed continuations."""
 
     def _part(self, k: np.ndarray, n: np.ndarray) -> "ProbeResult":
         return ProbeResult(self.space, n, k, self.tokens, self.score_sq, self.wall_s)
@@ -178,7 +187,9 @@ class ProbeResult:
                 "k_split": None if self.k_split is None else self.k_split.tolist(),
                 "score_each": None if self.score_each is None else [[None if not np.isfinite(x) else float(x) for x in row]
                                                                     for row in self.score_each],
-                "score_reward": None if self.score_reward is None else self.score_reward.tolist()}
+                "score_reward": None if self.score_reward is None else self.score_reward.tolist(),
+                "dup_success": None if self.dup_success is None else self.dup_success.tolist(),
+                "dup_failure": None if self.dup_failure is None else self.dup_failure.tolist()}
 
     @classmethod
     def from_plain(cls, d: dict[str, Any]) -> "ProbeResult":
@@ -193,7 +204,8 @@ class ProbeResult:
         ks = d.get("k_split")
         return cls(space, np.asarray(d["n"], dtype=np.int64), np.asarray(d["k"], dtype=np.int64),
                    np.asarray(d["tokens"], dtype=np.float64), sq, dict(d.get("wall_s", {})),
-                   None if ks is None else np.asarray(ks, dtype=np.int64), each, rew)
+                   None if ks is None else np.asarray(ks, dtype=np.int64), each, rew,
+                   *(None if d.get(k) is None else np.asarray(d[k], dtype=np.float64) for k in ("dup_success", "dup_failure")))
 
 
 def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: int, seed: int, chunk: int = 64,
@@ -212,6 +224,8 @@ def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: in
     k_split = np.zeros(S, dtype=np.int64)
     each = np.full((S, max(score_samples, 0)), np.nan)
     rew = np.full((S, max(score_samples, 0)), np.nan)
+    dup1 = np.zeros(S)
+    dup0 = np.zeros(S)
     t_sample = t_score = 0.0
     for start in range(0, S, chunk):
         idx = range(start, min(S, start + chunk))
@@ -223,6 +237,7 @@ def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: in
         for s, g in zip(idx, groups):
             k[s] = int(np.sum(g.rewards >= 1.0 - 1e-12))
             k_split[s] = int(np.sum(g.rewards[: samples // 2] >= 1.0 - 1e-12))
+            dup1[s], dup0[s] = duplicate_shares(g.response_ids, g.rewards)
             if np.any((g.rewards > 1e-12) & (g.rewards < 1.0 - 1e-12)):
                 raise ValueError("the lab's probe needs binary rewards (0 or 1); this task gives partial credit")
             tok[s] = float(np.mean([len(r) for r in g.response_ids]))
@@ -235,7 +250,21 @@ def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: in
         if progress is not None:
             progress(min(S, start + chunk), S)
     return ProbeResult(space, n, k, tok, sq, {"sampling": t_sample, "score_norms": t_score}, k_split,
-                       each if score_samples > 0 else None, rew if score_samples > 0 else None)
+                       each if score_samples > 0 else None, rew if score_samples > 0 else None, dup1, dup0)
+
+
+def duplicate_shares(responses: Sequence[Sequence[int]], rewards) -> tuple[float, float]:
+    """``(share of ordered pairs i ≠ j with y_i = y_j and both successes, the same with both failures)``."""
+    from collections import Counter
+
+    n = len(responses)
+    if n < 2:
+        return 0.0, 0.0
+    r = np.asarray(rewards, dtype=np.float64)
+    c1 = Counter(tuple(y) for y, x in zip(responses, r) if x >= 0.5)
+    c0 = Counter(tuple(y) for y, x in zip(responses, r) if x < 0.5)
+    pairs = float(n * (n - 1))
+    return sum(m * (m - 1) for m in c1.values()) / pairs, sum(m * (m - 1) for m in c0.values()) / pairs
 
 
 def _state(engine: Any, space: StateSpace, s: int, n: int) -> Any:

@@ -29,12 +29,13 @@ import numpy as np
 
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, allocation_names, draw_batch
 from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ratio_interval
-from llm_harness.lab.predict import Prediction, leave_one_out_inflation, predict
+from llm_harness.lab.predict import Prediction, duplicate_second_moment, leave_one_out_inflation, predict
 from llm_harness.lab.probe import ProbeResult, build_state_space, run_probe
 
-__all__ = ["LabConfig", "check_memory", "lab_command", "predictions", "run_lab"]
+__all__ = ["LabConfig", "check_memory", "lab_command", "make_lab_figure", "predictions", "run_lab"]
 
 FORMAT = 2
+PROBE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def _load(path: Path, fp: str) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except ValueError as e:
         raise ValueError(f"{path}: not valid JSON ({e}); delete it to recompute") from None
-    return doc if doc.get("fingerprint") == fp and doc.get("format") == FORMAT else None
+    return doc if doc.get("fingerprint") == fp and doc.get("format") in (FORMAT, PROBE_FORMAT) else None
 
 
 def predictions(probe: ProbeResult, params: AllocationParams, names: tuple[str, ...], group_size: int) -> dict[str, dict[str, Any]]:
@@ -167,6 +168,9 @@ def predictions(probe: ProbeResult, params: AllocationParams, names: tuple[str, 
     var = np.clip(ev.var, 0.0, None)
     G = probe.score_sq_filled()
     terms = {"b4": (var * inflate, np.sqrt(var)), "b3": (var * inflate * G, np.sqrt(var * G))}
+    if probe.dup_success is not None and probe.dup_failure is not None:
+        dup = duplicate_second_moment(group_size, G, np.clip(ev.k / ev.n, 0, 1), probe.dup_success, probe.dup_failure)
+        terms["b3d"] = (var * inflate * G + dup, np.sqrt(var * G))
     if not float(np.sum(var[: probe.space.n_prompts])) > 0:  # no prompt mixed in the probe: S has no scale
         terms = {k: (M, None) for k, (M, _) in terms.items()}
     out: dict[str, dict[str, Any]] = {}
@@ -241,7 +245,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
             base = {"format": FORMAT, "model": tcfg.model.path, "task": tcfg.task.name, "task_params": dict(tcfg.task.params),
                     "pool": tcfg.task.pool, "problems": [p.id for p in problems], "rollout": asdict(tcfg.rollout),
                     "seed": cfg.seed}
-            fp_probe = _fingerprint({**base, "alphas": list(cfg.alphas), "probe_samples": cfg.probe_samples,
+            fp_probe = _fingerprint({**base, "probe_format": PROBE_FORMAT, "alphas": list(cfg.alphas), "probe_samples": cfg.probe_samples,
                                      "score_samples": cfg.score_samples})
             doc = _load(out / "probe.json", fp_probe)
             if doc is None:
@@ -254,7 +258,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                 probe = run_probe(engine, space, samples=cfg.probe_samples, score_samples=cfg.score_samples,
                                   seed=cfg.seed * 1_000_003 + 17, progress=tick)
                 bar.close()
-                write_json(out / "probe.json", {"format": FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
+                write_json(out / "probe.json", {"format": PROBE_FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
             else:
                 probe = ProbeResult.from_plain(doc)
             preds = predictions(probe, cfg.allocation, names, cfg.group_size)
@@ -265,7 +269,9 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                     return engine.prompt_state(p, n)
                 return engine.prefix_state(p, int(space.cut[s]), float(space.alpha[s]), n)
 
-            common = {**base, "probe": fp_probe, "groups": cfg.groups, "group_size": cfg.group_size, "blocks": cfg.blocks}
+            # realisations depend on the probe only through their proposals (hashed per allocation) and the states
+            space_key = _fingerprint([space.problem.tolist(), space.alpha.tolist(), space.cut.tolist()])
+            common = {**base, "space": space_key, "groups": cfg.groups, "group_size": cfg.group_size, "blocks": cfg.blocks}
             refs, ref_norm2, ref_docs = {}, {}, {}
             held = engine.heldout_problems(cfg.heldout)
             for ref in ("pool", "heldout"):
@@ -362,11 +368,11 @@ def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float
                  for g, stat in GAINS.items()}
         signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
         gains["variance"] = _variance_gain(rec, base, name, costs, preds) if base is not None else None
-        var_ratio = None
-        p3 = preds[name].get("b3")
-        if p3 is not None:
+        var_ratio: dict[str, float] | None = None
+        if preds[name].get("b3") is not None and st["trvar"]["value"] > 0:
             n_kept = cfg.groups * cfg.group_size
-            var_ratio = (p3["second_moment"] / n_kept) / st["trvar"]["value"] if st["trvar"]["value"] > 0 else math.nan
+            var_ratio = {k: (preds[name][k]["second_moment"] / n_kept) / st["trvar"]["value"]
+                         for k in ("b3", "b3d") if preds[name].get(k) is not None}
         rows.append({"name": name, "summary": ALLOCATIONS.lookup(name, where="summary").summary, "stats": st,
                      "realised_gain": gains["aligned_pool"], "realised_gains": gains, "signal_sq_ratio": signal,
                      "predicted": preds[name], "predicted_over_realised_trvar": var_ratio, "cost": costs[name],
@@ -382,6 +388,9 @@ def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float
                                                 for a in sorted(set(probe.space.alpha[pre].tolist()))},
                   "score_sq_prompt": _nanmean(probe.score_sq[~pre]), "score_sq_prefix": _nanmean(probe.score_sq[pre]),
                   "score_by_outcome": probe.score_by_outcome(),
+                  "duplicate_pairs": None if probe.dup_success is None else {
+                      kind: {"success": float(np.mean(probe.dup_success[sel])), "failure": float(np.mean(probe.dup_failure[sel]))}
+                      for kind, sel in (("prompt", ~pre), ("prefix", pre)) if sel.any()},
                   "tokens_prompt": float(np.mean(probe.tokens[~pre])),
                   "tokens_prefix": float(np.mean(probe.tokens[pre])) if pre.any() else None,
                   "wall_s": probe.wall_s},
@@ -446,6 +455,12 @@ def _num(x: float | None, spec: str = ".2f") -> str:
     return "n/a" if x is None else f"{x:{spec}}"
 
 
+def _dup_text(d: dict[str, Any]) -> str:
+    parts = [f"{kind}s {100 * v['success']:.1f} % / {100 * v['failure']:.1f} %" for kind, v in d.items()]
+    return (" Pairs of samples that are the same continuation (successes / failures): " + ", ".join(parts) + "."
+            if parts else "")
+
+
 def _b3_check(b: dict[str, Any]) -> str:
     parts = [f"{kind}s {b[kind + '_ratio']:.2f} ({b[kind + '_success_n']} successes measured)"
              for kind in ("prompt", "prefix") if b.get(kind + "_ratio") is not None]
@@ -468,9 +483,11 @@ def render_report(s: dict[str, Any]) -> str:
         + ", ".join(f"{a}: {v:.2f}" for a, v in p["prefix_pass_rate_by_alpha"].items()) + "; mean tokens per sample "
         f"{p['tokens_prompt']:.1f} (prompts)" + (f", {p['tokens_prefix']:.1f} (prefixes)" if p["tokens_prefix"] else "")
         + (f"; score norm ‖∇ log π‖² {p['score_sq_prompt']:.3g} (prompts), {p['score_sq_prefix']:.3g} (prefixes)"
-           if p["score_sq_prompt"] and p["score_sq_prefix"] else "") + "." + _b3_check(p.get("score_by_outcome") or {}), "",
+           if p["score_sq_prompt"] and p["score_sq_prefix"] else "") + "." + _b3_check(p.get("score_by_outcome") or {})
+        + _dup_text(p.get("duplicate_pairs") or {}), "",
         "Gain = SNR per generated token relative to `uniform` (GRPO). **Predicted** from VSR App. B (Lemma B.1) with "
-        "M(s) = G(s) σ²(s) G/(G−1): B.4 takes the score norm G(s) constant, B.3 the probe's; the signal of a biased "
+        "M(s) = G(s) σ²(s) G/(G−1): B.4 takes the score norm G(s) constant, B.3 the probe's, B.3 + dup adds the "
+        "covariance of identical continuations within a group (the probe's duplicate shares); the signal of a biased "
         "allocation from Assumption S (each state's expected gradient σ(s) √G(s) along one direction; "
         "`llm_harness/lab/predict.py`). **Realised** from "
         "independent mini-batches at the same parameters: first the variance side, (tr Var × tokens) of uniform over "
@@ -479,29 +496,31 @@ def render_report(s: dict[str, Any]) -> str:
         "resolved with few batches; then the SNR of the signal along the large-batch pool gradient "
         "r, ⟨E g, r⟩² / tr Var per token, the same along the held-out "
         "gradient, and the full ‖E g‖² / tr Var (noisier). `signal²`: ⟨E g, r⟩² relative to uniform (1 for an "
-        "unbiased allocation; DAPO's scale is 1/P(kept)²). `pred/real tr Var`: the B.3 predicted per-batch variance "
-        "over the realised one (1 = the variance term of the theory is right). cos: cosine of E g with r (noisy "
+        "unbiased allocation; DAPO's scale is 1/P(kept)²). `pred/real tr Var`: the predicted per-batch variance "
+        "over the realised one, B.3 / B.3 + dup (1 = the variance term is right). cos: cosine of E g with r (noisy "
         "when ‖E g‖² is not resolved). Δ held-out: ⟨E g, ∇J_heldout⟩, the first-order change of held-out success "
         "per unit step along E g.", "",
-        "| allocation | predicted (B.4) | predicted (B.3) | realised: variance, signal from theory "
+        "| allocation | predicted (B.4) | predicted (B.3) | predicted (B.3 + dup) | realised: variance, signal from theory "
         "| realised: pool direction | realised: held-out direction | realised: full SNR | signal² | pred/real tr Var "
         "| cos pool | Δ held-out | tokens / batch | s / batch (sample + grad) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in s["allocations"]:
         st, pr, g = r["stats"], r["predicted"], r["realised_gains"]
         b4 = _num(pr["b4"]["gain"]) if pr.get("b4") else "—"
         b3 = _num(pr["b3"]["gain"]) if pr.get("b3") else "—"
+        b3d = _num(pr["b3d"]["gain"]) if pr.get("b3d") else "—"
         if pr.get("biased") and pr.get("b3"):
-            b4, b3 = b4 + "*", b3 + "*"
+            b4, b3, b3d = b4 + "*", b3 + "*", b3d + ("*" if pr.get("b3d") else "")
         vr = r["predicted_over_realised_trvar"]
+        vr = None if not vr else " / ".join(_num(vr.get(k)) for k in ("b3", "b3d") if k in vr)
         cost = r["cost"]
         nb = max(1, r["batches"])
         per = (cost["sampling_s"] + cost["gradient_s"]) / nb
         lines.append(
-            f"| `{r['name']}` | {b4} | {b3} | {_fmt(g.get('variance'))}{'*' if (g.get('variance') or {}).get('signal_from') == 'assumption S' else ''} | "
+            f"| `{r['name']}` | {b4} | {b3} | {b3d} | {_fmt(g.get('variance'))}{'*' if (g.get('variance') or {}).get('signal_from') == 'assumption S' else ''} | "
             f"{_fmt(g['aligned_pool'])} | {_fmt(g['aligned_heldout'])} | "
-            f"{_fmt(g['full_snr'])} | {_fmt(r['signal_sq_ratio'])} | {'—' if vr is None else f'{vr:.2f}'} | "
+            f"{_fmt(g['full_snr'])} | {_fmt(r['signal_sq_ratio'])} | {'—' if vr is None else vr} | "
             f"{_fmt(st['cos:pool'])} | {_fmt(st['dot:heldout'], '.3g')} | {st['tokens']['value']:.0f} | "
             f"{per:.2f} ({cost['sampling_s'] / nb:.2f} + {cost['gradient_s'] / nb:.2f}) |")
     lines += ["", "\\* biased allocation: E g is not a multiple of ∇J; its predicted signal rests on Assumption S "
@@ -518,9 +537,10 @@ def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
 
     from vsr.atomic import atomic_path
 
-    pts = [(r["name"], r["predicted"]["b3"]["gain"], r["realised_gain"]) for r in s["allocations"]
-           if r["predicted"].get("b3") and r["predicted"]["b3"]["gain"] is not None and r["realised_gain"] and r["realised_gain"]["value"] is not None
-           and r["realised_gain"]["value"] > 0]
+    key = "b3d" if any(r["predicted"].get("b3d") for r in s["allocations"]) else "b3"
+    pts = [(r["name"], r["predicted"][key]["gain"], r["realised_gains"]["variance"]) for r in s["allocations"]
+           if r["predicted"].get(key) and r["predicted"][key]["gain"] is not None and r["realised_gains"].get("variance")
+           and r["realised_gains"]["variance"]["value"] is not None and r["realised_gains"]["variance"]["value"] > 0]
     if not pts:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
@@ -537,8 +557,8 @@ def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("predicted gain over uniform (VSR App. B, B.3)")
-    ax.set_ylabel("realised gain (SNR per token), 95 % CI")
+    ax.set_xlabel(f"predicted gain over uniform (VSR App. B, {'B.3 + duplicates' if key == 'b3d' else 'B.3'})")
+    ax.set_ylabel("realised gain (variance side), 95 % CI")
     ax.set_title("Allocation lab: where rollouts should be spent", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -553,4 +573,26 @@ def lab_command(cfg: LabConfig) -> int:
     s = run_lab(cfg)
     print(render_report(s))
     print(f"-> {cfg.out}/report.md, summary.json, lab_gain.png ({s['wall_s']:.0f} s)")
+    return 0
+
+
+def make_lab_figure(out_dir: Path, quick: bool) -> int:
+    """``make figures``' small lab: the test bed's ``mid`` checkpoint on the normal split, four allocations, small
+    batches (a few minutes on 2 cores; the full runs are ``scripts/lab_runs.sh`` -> ``figures/lab/``). Recomputed
+    from scratch in a temporary folder each time; its report, summary and figure land in ``out_dir``."""
+    import shutil
+    import tempfile
+
+    out_dir = Path(out_dir)
+    sizes = (dict(prompts=8, probe_samples=4, groups=2, batches=4, blocks=2, reference_batches=4, heldout=8) if quick
+             else dict(prompts=32, probe_samples=8, groups=4, batches=24, blocks=6, reference_batches=32, heldout=64))
+    with tempfile.TemporaryDirectory(prefix="vsr-lab-") as tmp:
+        cfg = LabConfig(train_config="configs/testbed_grpo.yaml", score_samples=1, progress=False,
+                        allocations=("uniform", "dapo", "prompt_neyman", "vsr_calibrated"), out=tmp, **sizes)
+        s = run_lab(cfg)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("report.md", "summary.json", "lab_gain.png"):
+            if (Path(tmp) / name).exists():
+                shutil.copyfile(Path(tmp) / name, out_dir / name)
+    print(f"    lab: {len(s['allocations'])} allocations, {s['wall_s']:.0f} s", flush=True)
     return 0

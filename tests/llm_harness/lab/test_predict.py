@@ -168,3 +168,45 @@ def test_mixed_probability_is_unbiased_where_the_plug_in_is_not():
         if p in (0.01, 0.05):
             assert plug < truth * 0.9
     assert mixed_probability([0], [4], 8)[0] > 0  # n < G: Jeffreys plug-in, never exactly 0
+
+
+def test_duplicate_continuations_prediction_is_calibrated():
+    """States whose continuations come from a few strings (successes from m1, failures from m0), each string with its
+    own score vector of norm² G_s on its own axis: identical samples share a score. The lab estimator's realised
+    tr Var matches B.3 plus the duplicate term (D_1 = p²/m1, D_0 = (1 − p)²/m0), and B.3 alone underpredicts it."""
+    from llm_harness.lab.predict import duplicate_second_moment
+    from llm_harness.lab.probe import duplicate_shares
+
+    rng = np.random.default_rng(9)
+    S, K, G, N = 12, 4, 8, 400
+    p = rng.uniform(0.2, 0.9, size=S)
+    gs = rng.uniform(0.5, 2.0, size=S)
+    m1, m0 = 2, 3
+    P = S * (m1 + m0)
+
+    def batch() -> np.ndarray:
+        out = np.zeros(P)
+        for j in rng.choice(S, size=K):
+            r = (rng.random(G) < p[j]).astype(float)
+            a = r - (r.sum() - r) / (G - 1)
+            which = np.where(r > 0, rng.integers(0, m1, size=G), m1 + rng.integers(0, m0, size=G))
+            for ai, w in zip(a, which):
+                out[j * (m1 + m0) + w] += ai * np.sqrt(gs[j])
+        return out / (K * G)
+
+    acc = BlockMoments(P, blocks=8)
+    for _ in range(N):
+        acc.add(batch())
+    real = estimate(acc.record(), "trvar", confidence=0.99)
+    d = np.full(S, 1.0 / S)
+    M = p * (1 - p) * gs * leave_one_out_inflation(G)
+    dup = duplicate_second_moment(G, gs, p, p**2 / m1, (1 - p) ** 2 / m0)
+    with_dup = predict(d, np.ones(S), M + dup, np.ones(S)).second_moment / (K * G)
+    b3 = predict(d, np.ones(S), M, np.ones(S)).second_moment / (K * G)
+    assert real.lo <= with_dup <= real.hi, (b3, with_dup, real)
+    assert b3 < real.lo
+    # the probe's estimate of the shares from samples
+    d1, d0 = duplicate_shares([(1,), (1,), (2,), (3,), (3,), (3,)], [1, 1, 0, 0, 0, 0])
+    assert (d1, d0) == (2 / 30, 6 / 30)
+    with pytest.raises(ValueError, match="shares of pairs"):
+        duplicate_second_moment(G, [1.0], [0.5], [0.8], [0.4])
