@@ -368,6 +368,10 @@ def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float
                  for g, stat in GAINS.items()}
         signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
         gains["variance"] = _variance_gain(rec, base, name, costs, preds) if base is not None else None
+        if rec is base:  # the reference row: 1 by definition (its noise is inside every other row's interval)
+            one = {"value": 1.0, "lo": None, "hi": None, "se": None}
+            gains = {k: (dict(one, signal_from="unbiased") if k == "variance" else dict(one)) for k in gains}
+            signal = dict(one)
         var_ratio: dict[str, float] | None = None
         if preds[name].get("b3") is not None and st["trvar"]["value"] > 0:
             n_kept = cfg.groups * cfg.group_size
@@ -529,7 +533,8 @@ def render_report(s: dict[str, Any]) -> str:
 
 
 def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
-    """Predicted (B.3) vs realised gain per token, log-log, with the realised intervals and the diagonal."""
+    """A forest: per allocation the realised gain over uniform (variance side, 95 % CI, filled) and the predicted one
+    (B.3 + dup when measured, hollow), log scale, sorted by the realised gain; biased allocations marked *."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -538,29 +543,28 @@ def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
     from vsr.atomic import atomic_path
 
     key = "b3d" if any(r["predicted"].get("b3d") for r in s["allocations"]) else "b3"
-    pts = [(r["name"], r["predicted"][key]["gain"], r["realised_gains"]["variance"]) for r in s["allocations"]
-           if r["predicted"].get(key) and r["predicted"][key]["gain"] is not None and r["realised_gains"].get("variance")
-           and r["realised_gains"]["variance"]["value"] is not None and r["realised_gains"]["variance"]["value"] > 0]
-    if not pts:
+    rows = [(r["name"] + ("*" if r["predicted"].get("biased") else ""), r["predicted"][key]["gain"], r["realised_gains"]["variance"])
+            for r in s["allocations"]
+            if r["predicted"].get(key) and r["predicted"][key]["gain"] and r["realised_gains"].get("variance")
+            and (r["realised_gains"]["variance"]["value"] or 0) > 0]
+    if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 4.4))
-    for name, pred, real in pts:
+    rows.sort(key=lambda t: t[2]["value"])
+    fig, ax = plt.subplots(figsize=(6.4, 0.42 * len(rows) + 1.4))
+    for i, (name, pred, real) in enumerate(rows):
         lo, hi = real["lo"], real["hi"]
-        yerr = None if lo is None or hi is None else [[real["value"] - lo], [hi - real["value"]]]
-        ax.errorbar([pred], [real["value"]], yerr=yerr, fmt="o", capsize=3)
-        ax.annotate(name, (pred, real["value"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    vals = [v for _, p, r in pts for v in (p, r["value"], r["lo"], r["hi"]) if v is not None and v > 0]
-    lo, hi = min(vals) / 1.3, max(vals) * 1.3
-    ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="predicted = realised")
-    ax.axhline(1.0, color="black", lw=0.6)
+        if lo is not None and hi is not None and lo > 0:
+            ax.plot([lo, hi], [i, i], color="C0", lw=2)
+        ax.plot([real["value"]], [i], "o", color="C0", label="realised (variance side), 95 % CI" if i == 0 else None)
+        ax.plot([pred], [i], "D", mfc="none", color="C3", label=f"predicted ({'B.3 + dup' if key == 'b3d' else 'B.3'})"
+                if i == 0 else None)
+    ax.axvline(1.0, color="black", lw=0.8)
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel(f"predicted gain over uniform (VSR App. B, {'B.3 + duplicates' if key == 'b3d' else 'B.3'})")
-    ax.set_ylabel("realised gain (variance side), 95 % CI")
-    ax.set_title("Allocation lab: where rollouts should be spent", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylim(-1.6, len(rows) - 0.4)  # room for the legend under the rows
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=9)
+    ax.set_xlabel("SNR per generated token relative to uniform prompts (GRPO)")
+    ax.set_title("Allocation lab: predicted (VSR App. B) vs realised", fontsize=10)
+    ax.legend(fontsize=8, loc="lower center", ncol=2, frameon=False)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=130)

@@ -146,3 +146,14 @@ def test_batch_gradient_is_the_gradient_of_the_weighted_objective(monkeypatch):
         assert float(eng.gradient(groups, [0.0, 0.0, 0.0]).norm()) == 0.0
     finally:
         eng.close()
+
+
+def test_make_figures_small_lab_quick(tmp_path, monkeypatch):
+    from llm_harness.lab.run import make_lab_figure
+
+    monkeypatch.chdir(ROOT)
+    assert make_lab_figure(tmp_path / "lab_small", True) == 0
+    s = json.loads((tmp_path / "lab_small" / "summary.json").read_text())
+    assert [r["name"] for r in s["allocations"]] == ["uniform", "dapo", "prompt_neyman", "vsr_calibrated"]
+    assert (tmp_path / "lab_small" / "report.md").read_text().startswith("# Allocation lab")
+    assert not list(Path(ROOT / "figures").glob("lab_small/.vsr.lock"))
