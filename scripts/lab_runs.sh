@@ -26,9 +26,10 @@ for b in "${BEDS[@]}"; do
       run mid .venv/bin/python --train-config configs/testbed_grpo.yaml --prompts 128 --batches 64 ;;
     real)  # a real pretrained model: 48 ladder prompts, vLLM sampling, smaller batches (a batch costs ~10 s here)
       run real .venv-vllm/bin/python --train-config configs/real_smollm2_vsr_grpo.yaml --backend vllm \
-        --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 16 --blocks 8 \
+        --model "$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)" \
+        --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 8 --blocks 8 \
         --reference-batches 24 --heldout 48 \
-        --allocations uniform dapo prompt_neyman vsr_linear vsr_calibrated prefix_oracle ;;
+        --allocations uniform prompt_neyman vsr_calibrated prefix_oracle ;;
     *) echo "unknown test bed '$b' (choose from: low mid real)" >&2; exit 2 ;;
   esac
 done

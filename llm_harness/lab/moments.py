@@ -126,16 +126,15 @@ class BlockMoments:
         t = torch.as_tensor(g).reshape(-1)
         if t.numel() != self.size:
             raise ValueError(f"draw {self.n}: length {t.numel()}, expected {self.size}")
-        t64 = t.to(torch.float64)
-        if not bool(torch.isfinite(t64).all()):
+        if not bool(torch.isfinite(t).all()):
             raise ValueError(f"draw {self.n}: gradient has non-finite entries")
         b = self.n % self.blocks
         self._sums[b] += t.to(torch.float32)
         self._counts[b] += 1
-        self._sq[b] += float(t64 @ t64)
+        self._sq[b] += _dot64(t, t)
         self._tokens[b] += float(tokens)
         for name, r in self._refs.items():
-            x = float(t64 @ r.to(torch.float64))
+            x = _dot64(t, r)
             self._dots[name][b] += x
             self._dot_sq[name][b] += x * x
         self.n += 1
@@ -148,14 +147,26 @@ class BlockMoments:
 
     def record(self) -> MomentRecord:
         """The sufficient scalars (:class:`MomentRecord`); needs a draw in every block."""
-        import torch
-
         if min(self._counts) < 1:
             raise ValueError(f"record: {self.n} draws do not fill {self.blocks} blocks; draw at least {self.blocks}")
-        s = self._sums.to(torch.float64)
-        gram = (s @ s.T).tolist()
+        B = self.blocks
+        gram = [[_dot64(self._sums[i], self._sums[j]) for j in range(B)] for i in range(B)]
         return MomentRecord(tuple(self._counts), tuple(self._sq), tuple(tuple(r) for r in gram), tuple(self._tokens),
                             {k: tuple(v) for k, v in self._dots.items()}, {k: tuple(v) for k, v in self._dot_sq.items()})
+
+
+#: elements per float64 chunk of a dot product (32 MiB of float64 transient, whatever the model's size)
+DOT_CHUNK = 1 << 22
+
+
+def _dot64(a: Any, b: Any) -> float:
+    """``⟨a, b⟩`` accumulated in float64, chunk by chunk (a full float64 copy of a 135M-parameter gradient is 1 GiB)."""
+    import torch
+
+    total = 0.0
+    for i in range(0, a.numel(), DOT_CHUNK):
+        total += float(torch.dot(a[i:i + DOT_CHUNK].to(torch.float64), b[i:i + DOT_CHUNK].to(torch.float64)))
+    return total
 
 
 # ---------------------------------------------------------------------- statistics from the scalars
