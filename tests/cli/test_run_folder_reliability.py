@@ -32,9 +32,16 @@ def _cfg(tmp_path: Path, steps: int) -> str:
     return str(p)
 
 
+def _sigint_default() -> None:
+    # a shell that starts `make test` in the background (`cmd &` without job control) hands every child SIGINT
+    # ignored, and Python then never installs its KeyboardInterrupt handler: give the command under test the
+    # disposition an interactive terminal gives it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "vsr", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, start_new_session=True)
+                            text=True, env=ENV, start_new_session=True, preexec_fn=_sigint_default)
 
 
 def _wait_for(pred, timeout: float, what: str) -> None:
