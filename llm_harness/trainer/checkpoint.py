@@ -381,6 +381,9 @@ def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = No
         skipped.append(str(exc))
     if root.is_dir():
         steps = sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name, reverse=True)
+        # newest first: an interrupt between a checkpoint's rename and the pointer's update leaves ``latest`` one behind
+        if order and _STEP_DIR.fullmatch(order[0].name):
+            order = []
         order += [p for p in steps if p not in order]
     for path in order:
         try:
