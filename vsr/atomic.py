@@ -47,6 +47,22 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, allow_nan=False, default=_json_default) + "\n")
 
 
+def json_safe(o: Any) -> Any:
+    """``o`` with non-finite floats as ``None`` (strict JSON has no NaN), numpy scalars as Python ones and mapping keys as
+    strings, recursively through dicts, lists and tuples."""
+    import numpy as np
+
+    if isinstance(o, dict):
+        return {str(k): json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [json_safe(v) for v in o]
+    if isinstance(o, (float, np.floating)):
+        return float(o) if np.isfinite(o) else None
+    if isinstance(o, np.integer):
+        return int(o)
+    return o
+
+
 def _json_default(o: Any):
     import numpy as np
 

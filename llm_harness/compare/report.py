@@ -38,7 +38,7 @@ from llm_harness.compare.section_base import (  # noqa: F401  (re-exported: repo
 )
 from llm_harness.compare.stats import holm, paired_contrast, paired_power, seeds_for_power
 from llm_harness.compare.suite import SUITES
-from vsr.atomic import save_figure, write_json, write_text
+from vsr.atomic import json_safe, save_figure, write_json, write_text
 
 __all__ = ["SECTIONS", "register_section", "seed_interval", "summarise", "write_report"]
 
@@ -402,22 +402,11 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
     text = "\n".join(lines) + "\n"
     write_text(out / "report.md", text)
 
-    def _clean(o):
-        if isinstance(o, dict):
-            return {str(k): _clean(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [_clean(v) for v in o]
-        if isinstance(o, (float, np.floating)):
-            return float(o) if np.isfinite(o) else None
-        if isinstance(o, np.integer):
-            return int(o)
-        return o
-
     doc = {"suite": cfg.suite, "steps": z["steps"], "seeds": list(range(z["seeds"])), "k": k, "reference": suite.reference,
            "sizes_by_regime": {r: cfg.sizes_for(r) for r in summary},
            "min_effect": suite.min_effect, "protocol": proto, "methods": _contract(cfg, suite, records_all, summary),
            "regimes": summary, "records": records_all}
     if missing_keys:
         doc["missing"] = missing_keys
-    write_json(out / "summary.json", _clean(doc))
+    write_json(out / "summary.json", json_safe(doc))
     return out / "report.md"

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams
-from llm_harness.lab.predict import leave_one_out_inflation, predict
-from llm_harness.lab.probe import ProbeResult, StateSpace, build_state_space, run_probe
+from llm_harness.lab.probe import ProbeResult, StateSpace, pool_state_space, run_probe
 
 __all__ = ["AdviseConfig", "advise", "advise_command", "bootstrap_gains", "recommend"]
 
@@ -94,28 +93,20 @@ def _subset(probe: ProbeResult, prompts: np.ndarray) -> ProbeResult:
             prob.append(new)
     idx = np.asarray(rows_p + rows_x, dtype=np.int64)
     space = StateSpace(np.asarray(prob, dtype=np.int64), sp.alpha[idx], sp.cut[idx], len(prompts))
+    pick = lambda a: None if a is None else a[idx]  # noqa: E731
     return ProbeResult(space, probe.n[idx], probe.k[idx], probe.tokens[idx], probe.score_sq[idx], probe.wall_s,
-                       None if probe.k_split is None else probe.k_split[idx])
+                       pick(probe.k_split), dup_success=pick(probe.dup_success), dup_failure=pick(probe.dup_failure))
 
 
 def gains(probe: ProbeResult, params: AllocationParams, group_size: int, names: tuple[str, ...]) -> dict[str, float]:
-    """Predicted (B.3) gain over ``uniform`` per allocation (NaN for ExTra's shaped advantages)."""
-    sel, ev = probe.selection(), probe.evaluation()
-    var = np.clip(ev.var, 0, None)
-    G = probe.score_sq_filled()
-    M = var * leave_one_out_inflation(group_size) * G
-    sig = np.sqrt(var * G)
-    if not float(np.sum(var[: probe.space.n_prompts])) > 0:  # no prompt mixed in the probe: S has no scale
-        sig = None
-    uni = ALLOCATIONS.lookup("uniform", where="advise").proposal(sel, params, group_size)
-    base = predict(uni.mu, uni.weights, M, probe.tokens, signal=sig, d=uni.mu)
+    """Predicted gain over ``uniform`` per allocation (:func:`llm_harness.lab.run.predictions`: B.3, plus the duplicate
+    term when the probe measured it); NaN for ExTra's shaped advantages or an undefined gain."""
+    from llm_harness.lab.run import predictions
+
     out = {}
-    for n in names:
-        entry = ALLOCATIONS.lookup(n, where="advise")
-        prop = entry.proposal(sel, params, group_size)
-        keep = None if prop.keep is None else entry.proposal(ev, params, group_size).keep
-        out[n] = math.nan if prop.shaped else predict(prop.mu, prop.weights, M, probe.tokens, keep=keep, signal=sig,
-                                                      d=uni.mu).gain_over(base)
+    for n, row in predictions(probe, params, names, group_size).items():
+        pr = row.get("b3d") or row.get("b3")
+        out[n] = math.nan if pr is None or not math.isfinite(pr["gain"]) else pr["gain"]
     return out
 
 
@@ -171,8 +162,6 @@ def recommend(rows: list[dict[str, Any]], min_gain: float) -> str:
 
 def advise(cfg: AdviseConfig) -> dict[str, Any]:
     """Probe, predict, tune and recommend (module doc); returns the table and the recommendation as plain data."""
-    from tqdm.auto import tqdm
-
     from llm_harness.lab.engine import LabEngine
     from llm_harness.lab.run import LabConfig, _train_cfg
 
@@ -185,19 +174,9 @@ def advise(cfg: AdviseConfig) -> dict[str, Any]:
         tcfg = replace(tcfg, task=replace(tcfg.task, name=cfg.task, params={}, pool=cfg.pool))
     engine = LabEngine(tcfg)
     try:
-        problems = engine.problems[: cfg.prompts]
-        engine.problems = problems
-        space = build_state_space([len(engine.solution_ids(p)) if p.solution else None for p in problems], cfg.alphas,
-                                  tcfg.rollout.max_new_tokens)
-        bar = tqdm(total=space.size, desc="probe", disable=not cfg.progress, unit="state")
-
-        def tick(done: int, total: int) -> None:
-            bar.n = done
-            bar.refresh()
-
+        space = pool_state_space(engine, cfg.prompts, cfg.alphas)
         probe = run_probe(engine, space, samples=cfg.probe_samples, score_samples=cfg.score_samples,
-                          seed=cfg.seed * 1_000_003 + 29, progress=tick)
-        bar.close()
+                          seed=cfg.seed * 1_000_003 + 29, progress=cfg.progress)
     finally:
         engine.close()
     G = tcfg.rollout.group_size
@@ -248,10 +227,9 @@ def advise_command(cfg: AdviseConfig) -> int:
     if cfg.out:
         from pathlib import Path
 
-        from llm_harness.lab.run import _finite
-        from vsr.atomic import write_json
+        from vsr.atomic import json_safe, write_json
 
-        write_json(cfg.out, _finite({**res, "config": {k: (list(v) if isinstance(v, tuple) else v)
+        write_json(cfg.out, json_safe({**res, "config": {k: (list(v) if isinstance(v, tuple) else v)
                                                         for k, v in vars(cfg).items() if k != "allocation"}}))
         Path(cfg.out).with_suffix(".txt").write_text(text + "\n", encoding="utf-8")
     return 0

@@ -28,13 +28,14 @@ Results are plain arrays (:class:`ProbeResult`), saved as JSON beside the lab's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from llm_harness.lab.predict import unbiased_bernoulli_variance
 
-__all__ = ["ProbeResult", "StateSpace", "build_state_space", "duplicate_shares", "jeffreys", "run_probe"]
+__all__ = ["ProbeResult", "StateSpace", "build_state_space", "duplicate_shares", "jeffreys", "pool_state_space", "run_probe",
+           "state_for"]
 
 
 def jeffreys(k, n) -> np.ndarray:
@@ -209,10 +210,12 @@ class ProbeResult:
 
 
 def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: int, seed: int, chunk: int = 64,
-              progress: Callable[[int, int], None] | None = None) -> ProbeResult:
+              progress: bool = False) -> ProbeResult:
     """Sample ``samples`` continuations of every state of ``space`` (``chunk`` states per backend call) and measure
     the score norm of ``score_samples`` of them (module doc)."""
     import time
+
+    from tqdm.auto import tqdm
 
     if samples < 4:
         raise ValueError(f"probe samples: need >= 4 per state (two halves, each with an unbiased variance), got {samples}")
@@ -227,9 +230,10 @@ def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: in
     dup1 = np.zeros(S)
     dup0 = np.zeros(S)
     t_sample = t_score = 0.0
+    bar = tqdm(total=S, desc="probe", disable=not progress, unit="state")
     for start in range(0, S, chunk):
         idx = range(start, min(S, start + chunk))
-        states = [_state(engine, space, s, samples) for s in idx]
+        states = [state_for(engine, space, s, samples) for s in idx]
         t0 = time.perf_counter()
         groups = engine.sample(states, seed=seed + start)
         t_sample += time.perf_counter() - t0
@@ -247,8 +251,8 @@ def run_probe(engine: Any, space: StateSpace, *, samples: int, score_samples: in
                 rew[s, : len(norms)] = g.rewards[: len(norms)]
                 sq[s] = float(np.mean(norms))
         t_score += time.perf_counter() - t0
-        if progress is not None:
-            progress(min(S, start + chunk), S)
+        bar.update(len(idx))
+    bar.close()
     return ProbeResult(space, n, k, tok, sq, {"sampling": t_sample, "score_norms": t_score}, k_split,
                        each if score_samples > 0 else None, rew if score_samples > 0 else None, dup1, dup0)
 
@@ -267,7 +271,19 @@ def duplicate_shares(responses: Sequence[Sequence[int]], rewards) -> tuple[float
     return sum(m * (m - 1) for m in c1.values()) / pairs, sum(m * (m - 1) for m in c0.values()) / pairs
 
 
-def _state(engine: Any, space: StateSpace, s: int, n: int) -> Any:
+def pool_state_space(engine: Any, prompts: int, alphas: Sequence[float]) -> StateSpace:
+    """Restrict ``engine.problems`` to its first ``prompts`` and build their :class:`StateSpace` (prefixes must leave
+    a token of the rollout budget)."""
+    problems = engine.problems[:prompts]
+    if len(problems) < 2:
+        raise ValueError(f"prompts: the pool has {len(problems)} problems; the lab needs >= 2")
+    engine.problems = problems
+    return build_state_space([len(engine.solution_ids(p)) if p.solution else None for p in problems], alphas,
+                             engine.cfg.rollout.max_new_tokens)
+
+
+def state_for(engine: Any, space: StateSpace, s: int, n: int) -> Any:
+    """The start state of state ``s`` (a bare prompt or a reference-solution prefix) with ``n`` samples."""
     p = engine.problems[int(space.problem[s])]
     if space.alpha[s] == 0:
         return engine.prompt_state(p, n)

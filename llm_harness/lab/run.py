@@ -18,8 +18,8 @@ Steps (each resumable: a finished step's file in ``out`` is reused when its conf
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +30,7 @@ import numpy as np
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, allocation_names, draw_batch
 from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ratio_interval
 from llm_harness.lab.predict import Prediction, duplicate_second_moment, leave_one_out_inflation, predict
-from llm_harness.lab.probe import ProbeResult, build_state_space, run_probe
+from llm_harness.lab.probe import ProbeResult, pool_state_space, run_probe, state_for
 
 __all__ = ["LabConfig", "check_memory", "lab_command", "make_lab_figure", "predictions", "run_lab"]
 
@@ -221,9 +221,7 @@ def _realise(engine: Any, name: str, prop: Any, probe: ProbeResult, cfg: LabConf
 
 def run_lab(cfg: LabConfig) -> dict[str, Any]:
     """Run (or resume) the lab into ``cfg.out`` and return the summary (module doc)."""
-    from tqdm.auto import tqdm
-
-    from vsr.atomic import atomic_path, write_json
+    from vsr.atomic import atomic_path, json_safe, write_json
     from vsr.runlock import locked_folder
 
     names = allocation_names(cfg.allocations)
@@ -236,38 +234,23 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
         engine = LabEngine(tcfg)
         try:
             check_memory(engine.n_params, cfg.blocks + 4)
-            problems = engine.problems[: cfg.prompts]
-            if len(problems) < 2:
-                raise ValueError(f"prompts: the pool has {len(problems)} problems; the lab needs >= 2")
-            engine.problems = problems
-            space = build_state_space([len(engine.solution_ids(p)) if p.solution else None for p in problems], cfg.alphas,
-                                      tcfg.rollout.max_new_tokens)
+            space = pool_state_space(engine, cfg.prompts, cfg.alphas)
+            problems = engine.problems
             base = {"format": FORMAT, "model": tcfg.model.path, "task": tcfg.task.name, "task_params": dict(tcfg.task.params),
                     "pool": tcfg.task.pool, "problems": [p.id for p in problems], "rollout": asdict(tcfg.rollout),
                     "seed": cfg.seed}
-            fp_probe = _fingerprint({**base, "probe_format": PROBE_FORMAT, "alphas": list(cfg.alphas), "probe_samples": cfg.probe_samples,
-                                     "score_samples": cfg.score_samples})
+            fp_probe = _fingerprint({**base, "probe_format": PROBE_FORMAT, "alphas": list(cfg.alphas),
+                                     "probe_samples": cfg.probe_samples, "score_samples": cfg.score_samples})
             doc = _load(out / "probe.json", fp_probe)
             if doc is None:
-                bar = tqdm(total=space.size, desc="probe", disable=not cfg.progress, unit="state")
-
-                def tick(done: int, total: int) -> None:
-                    bar.n = done
-                    bar.refresh()
-
                 probe = run_probe(engine, space, samples=cfg.probe_samples, score_samples=cfg.score_samples,
-                                  seed=cfg.seed * 1_000_003 + 17, progress=tick)
-                bar.close()
+                                  seed=cfg.seed * 1_000_003 + 17, progress=cfg.progress)
                 write_json(out / "probe.json", {"format": PROBE_FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
             else:
                 probe = ProbeResult.from_plain(doc)
             preds = predictions(probe, cfg.allocation, names, cfg.group_size)
 
-            def state_of(s: int, n: int) -> Any:
-                p = problems[int(space.problem[s])]
-                if space.alpha[s] == 0:
-                    return engine.prompt_state(p, n)
-                return engine.prefix_state(p, int(space.cut[s]), float(space.alpha[s]), n)
+            state_of = functools.partial(state_for, engine, space)
 
             # realisations depend on the probe only through their proposals (hashed per allocation) and the states
             space_key = _fingerprint([space.problem.tolist(), space.alpha.tolist(), space.cut.tolist()])
@@ -312,7 +295,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                 costs[name] = doc["cost"]
             summary = summarise(records, costs, preds, ref_norm2, probe, cfg, engine.n_params)
             summary["wall_s"] = time.perf_counter() - t_start
-            summary = _finite(summary)
+            summary = json_safe(summary)
             write_json(out / "summary.json", summary)
             (out / "report.md").write_text(render_report(summary), encoding="utf-8")
             gain_figure(summary, out / "lab_gain.png")
@@ -422,17 +405,6 @@ def _variance_gain(rec: MomentRecord, base: MomentRecord, name: str, costs: dict
         s, source = 1.0, "unbiased"
     f = s * s
     return {"value": e.value * f, "lo": e.lo * f, "hi": e.hi * f, "se": e.se, "signal_from": source}
-
-
-def _finite(x: Any) -> Any:
-    """``x`` with every non-finite float replaced by ``None`` (strict JSON)."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def _nanmean(x: np.ndarray) -> float | None:

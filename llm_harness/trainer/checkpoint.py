@@ -362,7 +362,7 @@ def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = No
                    validate: Any = None) -> tuple[Path, dict[str, Any], list[str]]:
     """The newest intact checkpoint under ``ckpt_root``: ``(path, load_checkpoint(path), skipped)``.
 
-    Tries the folder ``latest`` names, then every other ``step_*`` folder newest first; a damaged one
+    Tries every ``step_*`` folder newest first (a folder of another name that ``latest`` points to before them); a damaged one
     (:class:`CorruptCheckpointError`) is skipped and described in ``skipped``. Other refusals (format 1,
     a different fingerprint) raise at once: falling back would silently resume something else.
     ValueError when nothing intact is left (naming every damaged folder) or there is no checkpoint.
@@ -375,16 +375,15 @@ def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = No
     order: list[Path] = []
     try:
         named = latest_checkpoint(root)
-        if named is not None:
-            order.append(named)
+        if named is not None and not _STEP_DIR.fullmatch(named.name):
+            order.append(named)  # a folder outside the step_* naming: only the pointer knows it
     except CorruptCheckpointError as exc:
         skipped.append(str(exc))
     if root.is_dir():
-        steps = sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name, reverse=True)
-        # newest first: an interrupt between a checkpoint's rename and the pointer's update leaves ``latest`` one behind
-        if order and _STEP_DIR.fullmatch(order[0].name):
-            order = []
-        order += [p for p in steps if p not in order]
+        # every step_* folder newest first, not the pointer's first: an interrupt between a checkpoint's rename and the
+        # pointer's update leaves ``latest`` one checkpoint behind
+        order += sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name,
+                        reverse=True)
     for path in order:
         try:
             ck = load_checkpoint(path, fingerprint=fingerprint)
