@@ -49,7 +49,7 @@ def _one(regime: str, micro: int) -> dict:
 
     import torch
 
-    from llm_harness.compare.runner import CompareConfig, plan_jobs
+    from llm_harness.compare.jobs import CompareConfig, plan_jobs
     from llm_harness.trainer.config import TrainConfig
     from llm_harness.trainer.entry import build_trainer
     from vsr.config_io import from_dict

@@ -24,10 +24,12 @@ from typing import Any
 
 
 def record_timings(figures: Path) -> list[dict[str, Any]]:
-    """One row per (paper, regime, arm) of the evidence suites' records. A run that sibling suites share is kept in
-    each one's ``records/`` (the same ``done.json``); it is counted once, under the first suite that holds it.
+    """One row per (paper, regime, arm) of the evidence suites' records. A run that sibling suites share is stored
+    once (the others' manifests point at it: ``llm_harness.compare.records``, "Pointers"); a copy kept before pointers
+    existed would hold the same ``done.json`` and is counted once, under the first suite that holds it.
     Failed runs and runs without per-update timings are skipped."""
-    from llm_harness.compare.suites_evidence import EVIDENCE_SUITES, job_seconds
+    from llm_harness.compare.sizing import job_seconds
+    from llm_harness.compare.suites_evidence import EVIDENCE_SUITES
 
     seen: set[tuple[str, str, str, str, str]] = set()
     groups: dict[tuple[str, str, str], list[tuple[float, float, float, dict]]] = {}

@@ -1,1 +1,4 @@
-"""gridworld package (see DEVELOPERS.md layout)."""
+"""Exact tabular-MDP solvers and the gridworld experiments of VSR (§2.3, App. B–D.1).
+
+Modules, commands, tests and import rules: ``gridworld/README.md``.
+"""

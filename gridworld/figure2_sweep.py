@@ -22,7 +22,7 @@ stream (seed 0 of the default setting is the μ_var learner drawn in Figure 2).
 
 Writes, beside Figure 2: ``sweep.csv`` (one row per run), ``sweep_curves.csv`` (the statistics
 of every solved iterate), ``sweep_summary.csv`` (seed means: the numbers drawn),
-``sweep.png``/``sweep.pdf`` and ``sweep_config.yaml``.
+``sweep.png`` and ``sweep_config.yaml``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Figure2SweepConfig:
     """Options of ``vsr gridworld figure2-sweep``."""
 
     out: Path = Path("figures/gridworld_figure2")
-    """Output folder (sweep.csv, sweep_curves.csv, sweep_summary.csv, sweep.png/pdf, sweep_config.yaml)."""
+    """Output folder (sweep.csv, sweep_curves.csv, sweep_summary.csv, sweep.png, sweep_config.yaml)."""
     layouts: tuple[str, ...] = ("maze7", "open5", "open7")
     """Layouts (names of gridworld.grid.LAYOUTS)."""
     horizons: tuple[int, ...] = (20, 40, 80, 160, 320)

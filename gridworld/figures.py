@@ -57,7 +57,7 @@ class Figure2Config:
     """Options of ``vsr gridworld figure2``."""
 
     out: Path = Path("figures/gridworld_figure2")
-    """Output folder (PNG, PDF, CSVs and the config used)."""
+    """Output folder (PNG, CSVs and the config used)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """Seeds of each learner."""
     updates: int = 200

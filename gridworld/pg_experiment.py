@@ -19,10 +19,8 @@ with the exact state baseline ``r_bar = p``. Estimators (a registry, one uniform
 Where this departs from the paper: the paper does not give its optimiser, learning rate,
 batch size or horizon; we use Adam (so the GRPO form's different scale does not decide the
 comparison), ``N = 32`` states per update and the horizon of :mod:`gridworld.grid`.
-Sensitivity (measured on the default map, 4 seeds, 200 updates, mean final J): Adam 3e-3
-on-policy 0.27 vs μ_var-IS 0.98; Adam 1e-2 0.50 vs 1.00; SGD lr 1: 0.22 vs 0.27; SGD lr 5:
-0.99 vs 0.99 (and the unnormalised GRPO form diverges there). The μ_var advantage is real at
-equal Adam settings but shrinks to nothing with a large plain-SGD step.
+The comparison depends on the optimiser and its step: the measured sensitivity (Adam and plain SGD at several
+rates) is in ``figures/gridworld_compare/README.md``.
 The per-update gradient variance is measured from the ``N`` per-sample gradient vectors and
 reported next to the exact ``V(μ; r_bar)`` of :mod:`theory.vsr_variance`.
 """

@@ -1,1 +1,4 @@
-"""llm_harness package (see DEVELOPERS.md layout)."""
+"""Tasks, generation backends, text environments, the GRPO trainer and the papers' methods as its plug-ins.
+
+Subpackages in layer order, commands, tests and import rules: ``llm_harness/README.md``.
+"""

@@ -3,7 +3,7 @@
 Five studies (registry :data:`prefixvalue.registry.STUDIES`): ``hint-ratio`` (VSR Fig. 7),
 ``failed-prefix`` and ``sigma-validation`` (VSR App. D.5), ``mte-correlation`` (ExTra §5.6,
 App. C) and ``prefix-selection`` (ExTra Fig. 4). Each is a frozen config -> a tidy table
-(parquet + CSV, written per chunk and resumable) -> a summary (JSON + markdown) and a figure.
+(parquet, written per chunk and resumable) -> a summary (JSON + markdown) and a figure.
 
 Entry points (none needs tyro):
 

@@ -1,7 +1,7 @@
 """Prefix metrics of the MTE-correlation study (ExTra §5.6, App. C.2).
 
 (Named ``prefix_metrics`` to keep it apart from ``theory.metrics``, the evaluation metrics, and
-``llm_harness.trainer.metrics``, the trainer's metric logs.)
+``llm_harness.trainer.runlog``, the trainer's metric logs.)
 
 Three families, each a registry so tasks can add their own:
 

@@ -6,7 +6,7 @@ A study is four functions over one frozen config class:
   problems; ``rows`` are dicts (one per prefix / continuation group), ``counts`` holds at least
   ``problems`` (seen) and ``eligible`` (that passed the study's filter);
 * ``analyze(table, cfg) -> summary`` (JSON-ready dict); ``render(summary) -> markdown``;
-* ``plot(table, summary, out_dir) -> [paths]`` (PNG + PDF).
+* ``plot(table, summary, out_dir) -> [paths]`` (the PNG first; :func:`prefixvalue.analysis.save_figure`).
 
 Study modules register themselves when imported; :func:`get_study` imports them all.
 """

@@ -48,8 +48,8 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
               stop_after_chunks: int | None = None) -> Path:
     """Run study ``name`` with ``cfg`` and return its output folder.
 
-    Writes ``config.yaml``, ``results.parquet``/``.csv``, ``summary.json``/``.md`` and the figure
-    (PNG + PDF) into ``cfg.out``; resumes from completed chunks already there (same config) and
+    Writes ``config.yaml``, ``results.parquet``, ``summary.json``/``.md`` and the figure
+    (PNG; :func:`vsr.atomic.save_figure`) into ``cfg.out``; resumes from completed chunks already there (same config) and
     refuses a folder holding another config's results (``overwrite=True`` discards them).
     ``backend``/``tokenizer`` reuse an already loaded model (tests, figure jobs); otherwise the
     model is loaded from ``cfg.model``. ``stop_after_chunks`` ends the run after that many new

@@ -5,13 +5,19 @@ Layout of a study's output folder::
     study.json            identity of the resolved config (what must match to resume)
     config.yaml           the resolved config (loadable with ``vsr study <name> --config``)
     chunks/00003.json     rows + filter counts of chunk 3 (written atomically when it completes)
-    results.parquet/.csv  the tidy table: all chunks' rows in chunk order
-    summary.json/.md      the analysis; <figure>.png/.pdf
+    results.parquet       the tidy table: all chunks' rows in chunk order
+    summary.json/.md      the analysis; <figure>.png (a PDF too with VSR_FIGURE_FORMATS=png,pdf)
 
 A chunk is done iff its JSON file exists; files are only ever replaced atomically
 (``vsr.atomic``), so an interrupted run leaves complete chunks only and a rerun of the same
 config continues with the first missing chunk. A rerun whose config differs (outside
 ``NON_IDENTITY_FIELDS``) is refused with the list of differing fields.
+
+The table is written as parquet only, with no CSV twin: parquet is what the code reads back
+(``--reanalyze`` rebuilds a summary and figure from it, and the committed study folders under
+``figures/`` hold no chunks, so it is their only copy of the rows), and it keeps the column types
+a CSV loses: ``correct_bits`` (``"0110"``) would come back from ``pd.read_csv`` as the integer 110.
+Read it with ``pandas.read_parquet(out / "results.parquet")``; export a CSV from that if you need one.
 """
 
 from __future__ import annotations
@@ -87,7 +93,7 @@ class ChunkStore:
                 )
         elif overwrite and self.out_dir.exists():
             shutil.rmtree(self.chunk_dir, ignore_errors=True)
-            for name in ("results.parquet", "results.csv", "summary.json", "summary.md"):
+            for name in ("results.parquet", "summary.json", "summary.md"):
                 (self.out_dir / name).unlink(missing_ok=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_json(manifest, {"format": _FORMAT, "study": study, "identity": self.identity})
@@ -101,7 +107,7 @@ class ChunkStore:
             same = min(int(n_old), (c + 1) * size) == min(int(n_new), (c + 1) * size) and c * size < int(n_new)
             if not same:
                 self._path(c).unlink(missing_ok=True)
-        for name in ("results.parquet", "results.csv", "summary.json", "summary.md"):
+        for name in ("results.parquet", "summary.json", "summary.md"):
             (self.out_dir / name).unlink(missing_ok=True)
 
     def _path(self, chunk: int) -> Path:
@@ -137,14 +143,9 @@ class ChunkStore:
         return rows, totals
 
 
-def write_table(table, out_dir: str | Path, stem: str = "results") -> list[Path]:
-    """Write a pandas DataFrame as ``<stem>.parquet`` and ``<stem>.csv`` (both atomically)."""
-    out_dir = Path(out_dir)
-    paths = []
-    with atomic_path(out_dir / f"{stem}.parquet") as tmp:
+def write_table(table, out_dir: str | Path, stem: str = "results") -> Path:
+    """Write a pandas DataFrame as ``<stem>.parquet`` (atomically; no CSV twin, module doc) and return its path."""
+    path = Path(out_dir) / f"{stem}.parquet"
+    with atomic_path(path) as tmp:
         table.to_parquet(tmp, index=False)
-    paths.append(out_dir / f"{stem}.parquet")
-    with atomic_path(out_dir / f"{stem}.csv") as tmp:
-        table.to_csv(tmp, index=False)
-    paths.append(out_dir / f"{stem}.csv")
-    return paths
+    return path

@@ -27,6 +27,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# figures in the default format (PNG only) whatever the caller's shell asks; tests of the PDF set it themselves
+os.environ.pop("VSR_FIGURE_FORMATS", None)
 
 
 def _has_cuda() -> bool:

@@ -143,3 +143,32 @@ def test_the_shared_utilities_and_theory_import_nothing_above_them():
 def test_the_graph_sees_function_level_imports():
     # a guard on the reader itself: the trainer's loop imports the pool loader inside a method
     assert "llm_harness.trainer.pool" in _graph()["llm_harness.trainer.loop"]
+
+
+#: ``llm_harness.compare``'s layers, lowest first (the package doc says what each does): a module imports only
+#: modules of its own layer or of layers before it
+COMPARE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("suite",),
+    ("suites_evidence", "suites_agents"),
+    ("executors", "stats"),
+    ("runs",),
+    ("render",),
+    ("jobs",),
+    ("records",),
+    ("sizing",),
+    ("sections", "sections.common"),
+    ("sections.vsr", "sections.replay", "sections.extra", "sections.agents"),
+    ("report",),
+    ("runner",),
+    ("__main__",),
+)
+
+
+def test_compare_layers_import_only_downward():
+    prefix = "llm_harness.compare."
+    layer = {f"{prefix}{name}": i for i, names in enumerate(COMPARE_LAYERS) for name in names}
+    edges = _graph()
+    modules = [m for m in edges if m.startswith(prefix)]
+    assert sorted(set(modules) - set(layer)) == [], "a compare module missing from COMPARE_LAYERS"
+    upward = [f"{m} -> {t}" for m in modules for t in edges[m] if t in layer and layer[t] > layer[m]]
+    assert upward == [], "\n".join(upward)

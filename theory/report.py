@@ -9,7 +9,7 @@ from theory.checks import RTOL
 
 
 def make_theory_figure(out_dir: Path, quick: bool = False) -> int:
-    """Run all checks (200 cases, or 20 when ``quick``) and write JSON, Markdown, PNG and PDF."""
+    """Run all checks (200 cases, or 20 when ``quick``) and write JSON, Markdown and PNG."""
     import matplotlib
 
     matplotlib.use("Agg")

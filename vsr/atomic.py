@@ -75,15 +75,43 @@ def _json_default(o: Any):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def save_figure(fig, out_dir: str | os.PathLike, stem: str, *, dpi: int = 120,
-                formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
-    """Atomically save ``fig`` as ``<stem>.<ext>`` for each of ``formats`` (default PNG and PDF) in
-    ``out_dir``, then close it.
+#: Environment variable that asks every figure job for more formats than the PNG (``png,pdf``: vector figures for a paper).
+FIGURE_FORMATS_ENV = "VSR_FIGURE_FORMATS"
+#: What it may name (PNG and PDF are written byte-stable: the PDF carries no creation date).
+FIGURE_FORMATS = ("png", "pdf")
 
-    Returns the paths in the order of ``formats``.
+
+def figure_formats() -> tuple[str, ...]:
+    """The formats :func:`save_figure` writes when not told: ``("png",)``, or what ``$VSR_FIGURE_FORMATS`` lists
+    (comma-separated, case and spaces ignored, repeats dropped), PNG first.
+
+    The list must name PNG, since reports link the PNG and callers take the first path as it; a format outside
+    :data:`FIGURE_FORMATS` or a list without ``png`` raises ``ValueError`` naming the variable."""
+    raw = os.environ.get(FIGURE_FORMATS_ENV, "").strip()
+    if not raw:
+        return ("png",)
+    asked = [f.strip().lower() for f in raw.split(",") if f.strip()]
+    unknown = [f for f in asked if f not in FIGURE_FORMATS]
+    if unknown or "png" not in asked:
+        why = f"unknown format(s) {unknown}" if unknown else "png is missing (reports link the PNG)"
+        raise ValueError(f"{FIGURE_FORMATS_ENV}={raw!r}: {why}; give a comma list of {', '.join(FIGURE_FORMATS)} "
+                         "that includes png, e.g. png,pdf")
+    return tuple(dict.fromkeys(["png", *asked]))
+
+
+def save_figure(fig, out_dir: str | os.PathLike, stem: str, *, dpi: int = 120,
+                formats: tuple[str, ...] | None = None) -> list[Path]:
+    """Atomically save ``fig`` as ``<stem>.<ext>`` for each of ``formats`` in ``out_dir``, then close it.
+
+    ``formats=None`` (every figure job of the project) writes the PNG only, unless the environment variable
+    ``VSR_FIGURE_FORMATS`` asks for more (``VSR_FIGURE_FORMATS=png,pdf make figures`` adds a PDF of every figure;
+    :func:`figure_formats`); the PNG comes first then. An explicit ``formats`` wins over the variable.
+
+    Returns the paths in the order of the formats written.
     """
     import matplotlib.pyplot as plt
 
+    formats = figure_formats() if formats is None else formats
     paths = []
     for ext in formats:
         path = Path(out_dir) / f"{stem}.{ext}"

@@ -45,7 +45,7 @@ _RESUME_CHUNKS = "rerun the same command to continue from the last finished chun
 #: The command table. Later packages add their rows here (keep the names: they are a contract).
 COMMANDS: Registry[CommandSpec] = Registry("command", {
     "theory check": CommandSpec(
-        "theory.cli:check", "Check every identity and inequality of the VSR theory (VSR Sec. 3, App. B) on random instances."
+        "theory.cli:check", "Check every registered identity and inequality (VSR App. B-C, ExTra, Replay, metrics) on random instances."
     ),
     "figures": CommandSpec("vsr.figures:run_figures", "Regenerate every figure of the project (the main job)."),
     "train": CommandSpec("llm_harness.trainer.entry:train", "Train a policy with GRPO/DAPO/SFT and the plug-ins (use --config configs/*.yaml).",

@@ -1,7 +1,7 @@
 """``vsr figures`` (what ``make figures`` runs): regenerate every figure of the project on CPU.
 
 Each entry of :data:`FIGURES` is a ``module:function`` taking ``(out_dir: Path, quick: bool)``
-and writing its files (PNG + PDF + the CSV/JSON of every plotted number) under ``out_dir``.
+and writing its files (PNG, plus a PDF when ``VSR_FIGURE_FORMATS=png,pdf``; the CSV/JSON of every plotted number) under ``out_dir``.
 Later packages add their rows here.
 """
 

@@ -1,9 +1,20 @@
-"""Seeded method comparisons on a shared budget (``vsr compare``; issue 7 item 5).
+"""Seeded method comparisons on a shared budget (``vsr compare``).
 
-* :mod:`.suite` — suites of methods (config files) x regimes (overrides);
-* :mod:`.runner` — ``run(CompareConfig)``: trains every (regime, method, seed) in worker
-  processes, resumable, then writes the report;
-* :mod:`.report` — tables with seed confidence intervals, token accounting, overheads, figures.
+Layers, each importing only those above it in this list:
+
+* :mod:`.suite` — the data types (methods, regimes, pools, paper tables, suites), the registry, the VSR suites;
+  :mod:`.suites_evidence` and :mod:`.suites_agents` — the Replay, ExTra and agent suites (definitions only);
+* :mod:`.stats` — paired contrasts, Holm, power, seed intervals, paper-table rows (numbers in, numbers out);
+* :mod:`.runs` — the one reader of finished runs (metric rows, final evaluations, the per-seed summary);
+* :mod:`.render` — formatting, CSV, forest plots, the suite's final and curve figures;
+* :mod:`.records` — a finished run's record (checksums, verification);
+* :mod:`.sizing` — the cost model of a suite's wall time (per-plug-in factors from a registry);
+* :mod:`.sections` — the report sections, one registry, one module per paper family;
+* :mod:`.report` — report assembly (``report.md``, ``summary.json``, figures);
+* :mod:`.executors` and :mod:`.runner` — ``run(CompareConfig)``: plans the jobs, restores records, trains what is
+  missing in worker processes (resumable), then writes the report.
+
+``tests/test_imports.py`` holds the order.
 """
 import llm_harness.compare.suites_evidence  # noqa: E402,F401  (registers the replay and ExTra suites)
 from llm_harness.compare import suites_agents  # noqa: E402,F401  (registers the 'agents' suite)

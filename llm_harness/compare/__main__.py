@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from llm_harness.compare.runner import CompareConfig, run
+from llm_harness.compare.jobs import CompareConfig
+from llm_harness.compare.runner import run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,6 @@
-"""Checks that make a comparison record trustworthy before it is restored (``runner`` module doc, "Records").
+"""A comparison run's *record*: saving it as the run finishes, restoring it into a run folder, and the checks that make it
+trustworthy before it is restored (``runner`` module doc, "Records"). :func:`save_record` and :func:`restore_record`
+are the I/O; everything else here is checking.
 
 A record is ``<records root>/<regime>/<method>/seed<k>/`` holding ``done.json`` and, for a training job,
 ``metrics.jsonl.gz``. The root's ``manifest.json`` lists, per record, the SHA-256 of each file and the
@@ -12,6 +14,15 @@ number of metric rows, written when the record is saved. :func:`verify_record` r
   ``train_fingerprint`` in ``done.json``: the metrics belong to another configuration.
 
 A record without a manifest entry (written before manifests existed) gets every check but the checksums.
+
+**Pointers.** Suites that share arms (``Suite.shares_records_with``) run some of the same jobs. A record one suite
+restored from a sibling is not copied into its own folder: its manifest entry *points* at the sibling's records root
+instead, ``{"in": "../../compare_<sibling>/records", "done.json": <sha256>, "metrics.jsonl.gz": <sha256>, "rows": n}``
+(``in`` is relative to the folder of the manifest that holds the entry), and no file of the record is in the suite's
+own folder. :func:`follow_pointer` checks the sibling's files against the checksums of the pointing entry, so a
+sibling record replaced later (another config) or damaged is named and not used. A pointer leads to a folder that
+holds the files, never to another pointer, and no suite writes into a sibling's folder. :func:`dedupe` turns the
+byte-identical copies that sibling suites kept before pointers existed into pointers to one copy.
 """
 
 from __future__ import annotations
@@ -19,19 +30,25 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import shutil
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
+from llm_harness.compare.jobs import Job, is_done, matches
 from llm_harness.trainer.runlog import parse_jsonl
-from vsr.atomic import write_json
+from vsr.atomic import atomic_path, write_json
 
-__all__ = ["MANIFEST", "RecordError", "manifest_entry", "read_manifest", "rebuild_manifest", "update_manifest",
-           "verify_record"]
+__all__ = ["MANIFEST", "POINTER", "RecordError", "dedupe", "drop_files", "follow_pointer", "is_pointer", "manifest_entry",
+           "pointer_entry", "read_manifest", "rebuild_manifest", "record_dir", "record_key", "restore_record", "save_record",
+           "update_manifest", "verify_record"]
 
 #: the manifest file in a records root
 MANIFEST = "manifest.json"
 _FILES = ("done.json", "metrics.jsonl.gz")
+#: the key of a manifest entry that points at a sibling suite's records root (module doc, "Pointers")
+POINTER = "in"
 
 
 class RecordError(ValueError):
@@ -71,16 +88,133 @@ def update_manifest(root: str | Path, key: str, entry: dict[str, Any]) -> None:
     if records.get(key) == entry:
         return
     records[key] = entry
+    _write_manifest(Path(root), records)
+
+
+def _write_manifest(root: Path, records: dict[str, Any]) -> None:
     write_json(Path(root) / MANIFEST, {"format": 1, "records": dict(sorted(records.items()))})
 
 
 def rebuild_manifest(root: str | Path) -> int:
     """Write ``root``'s manifest from every record folder under it as it is now (for records saved before
-    manifests existed; only run it on records you trust). Returns the number of records."""
+    manifests existed; only run it on records you trust), keeping the pointer entries of an existing manifest
+    whose key has no folder. Returns the number of records."""
     root = Path(root)
     records = {str(d.parent.relative_to(root)): manifest_entry(d.parent) for d in sorted(root.glob("*/*/seed*/done.json"))}
-    write_json(root / MANIFEST, {"format": 1, "records": records})
+    try:
+        old = read_manifest(root)
+    except RecordError:
+        old = {}
+    records.update({k: e for k, e in old.items() if is_pointer(e) and k not in records})
+    _write_manifest(root, records)
     return len(records)
+
+
+def is_pointer(entry: Any) -> bool:
+    """Whether a manifest entry points at a sibling suite's records root (module doc, "Pointers")."""
+    return isinstance(entry, dict) and POINTER in entry
+
+
+def pointer_entry(root: str | Path, target_root: str | Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry of ``root``'s manifest that points at the record ``entry`` (checksums, rows) held in
+    ``target_root``: ``in`` is ``target_root`` relative to ``root``, with forward slashes."""
+    rel = Path(os.path.relpath(Path(target_root).absolute(), Path(root).absolute())).as_posix()
+    return {POINTER: rel, **{k: v for k, v in entry.items() if k != POINTER}}
+
+
+def _pointer_root(root: Path, entry: dict[str, Any]) -> Path:
+    rel = entry.get(POINTER)
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or os.path.normpath(rel) == ".":
+        raise RecordError(f"{root / MANIFEST}: pointer {rel!r} is not a relative path to another records folder")
+    return Path(os.path.normpath(root / rel))
+
+
+def follow_pointer(root: str | Path, key: str, entry: dict[str, Any]) -> Path:
+    """The record folder that ``root``'s pointer ``entry`` for ``key`` leads to, after checking its files against
+    the entry's checksums (not the sibling's manifest: a sibling that replaced its record since is caught here).
+    Raises :class:`RecordError` naming the pointing manifest and the sibling's file."""
+    root = Path(root)
+    here = root / key
+    stray = [here / n for n in _FILES if (here / n).is_file()]
+    if stray:
+        raise RecordError(f"{stray[0]}: a file beside the entry of {root / MANIFEST} that points at "
+                          f"{entry.get(POINTER)!r} for {key} (a copy added by hand?); delete one of them")
+    rec = _pointer_root(root, entry) / key
+    for name in _FILES:
+        want, path = entry.get(name), rec / name
+        if want is None and path.is_file():
+            raise RecordError(f"{path}: not in the entry of {root / MANIFEST} that points at it (the sibling suite's "
+                              f"record of {key} was replaced, e.g. by a run of another config)")
+        if want is not None and (not path.is_file() or _sha256(path) != want):
+            what = (f"missing, but {root / MANIFEST} points at it" if not path.is_file()
+                    else f"bytes differ from the checksum in {root / MANIFEST}, which points at it")
+            raise RecordError(f"{path}: {what} (the sibling suite's record of {key} was replaced, e.g. by a run of "
+                              "another config, or damaged)")
+    return rec
+
+
+def _prune(folder: Path, root: Path) -> None:
+    """Remove ``folder`` and its parents up to (not including) ``root`` while they are empty."""
+    while folder != root and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def drop_files(root: str | Path, key: str) -> None:
+    """Delete the files of ``root``'s record ``key`` (and the folders that leaves empty); the manifest is the
+    caller's."""
+    root = Path(root)
+    for name in _FILES:
+        (root / key / name).unlink(missing_ok=True)
+    _prune(root / key, root)
+
+
+def dedupe(roots: Sequence[str | Path], order: Callable[[Path, str], Any] | None = None) -> list[tuple[Path, Path]]:
+    """Keep one copy of every record that several of ``roots`` (suites that share records with each other) hold
+    byte for byte, the same ``done.json`` and ``metrics.jsonl.gz``: each other holder's files are deleted and its
+    manifest entry becomes a pointer to the kept copy (module doc, "Pointers"); a pointer that led to a removed copy
+    is led to the kept one. The copy kept is the one with the smallest ``order(root, key)`` (e.g. the suite that
+    trained it first), then the first of ``roots``. Every record handled must match its own manifest entry (else
+    :class:`RecordError`, before anything is changed). Returns ``(removed copy, kept copy)`` per removed copy."""
+    roots = [Path(r) for r in roots]
+    manifests = {r: read_manifest(r) for r in roots}
+    held: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for r in roots:
+        for d in sorted(r.glob("*/*/seed*/done.json")):
+            key = d.parent.relative_to(r).as_posix()
+            entry, listed = manifest_entry(d.parent), manifests[r].get(key)
+            if listed is None or is_pointer(listed) or listed != entry:
+                why = "no entry" if listed is None else "a pointer" if is_pointer(listed) else "checksums differ"
+                raise RecordError(f"{d.parent}: its files do not match {r / MANIFEST} ({why}); fix the manifest "
+                                  "before deduplicating")
+            held.setdefault(key, []).append((r, entry))
+    removed: list[tuple[Path, Path]] = []
+    for key in sorted(held):
+        same: dict[str, list[Path]] = {}
+        for r, entry in held[key]:
+            same.setdefault(json.dumps(entry, sort_keys=True), []).append(r)
+        for text, rs in same.items():
+            if len(rs) < 2:
+                continue
+            keep = min(rs, key=lambda r: (order(r, key) if order is not None else 0, roots.index(r)))
+            entry = json.loads(text)
+            for r in rs:
+                if r != keep:
+                    manifests[r][key] = pointer_entry(r, keep, entry)
+                    removed.append((r / key, keep / key))
+            gone = {os.path.normpath(r) for r in rs if r != keep}
+            for r in roots:  # an older pointer at a copy about to be removed: to the kept copy
+                e = manifests[r].get(key)
+                if (r not in rs and is_pointer(e) and os.path.normpath(_pointer_root(r, e)) in gone
+                        and {k: v for k, v in e.items() if k != POINTER} == entry):
+                    manifests[r][key] = pointer_entry(r, keep, e)
+    for r in roots:  # each root's manifest first, then its files (one root at a time: one writer per folder)
+        mine = [old for old, _ in removed if old.parent.parent.parent == r]
+        if manifests[r] != read_manifest(r):
+            _write_manifest(r, manifests[r])
+        for rec in mine:
+            drop_files(r, rec.relative_to(r).as_posix())
+    return removed
 
 
 def _rows(gz: Path) -> list[dict[str, Any]]:
@@ -127,3 +261,129 @@ def verify_record(rec: str | Path, info: dict[str, Any], *, key: str, manifest: 
     want = info.get("train_fingerprint")
     if len(fps) > 1 or (want is not None and fps and fps != {want}):
         raise RecordError(f"{gz}: metrics of configuration {sorted(fps)} under a done.json of configuration {want!r}")
+
+
+# ---------------------------------------------------------------------------------------------- saving and restoring
+
+
+def record_dir(records_root: Path, job: Job) -> Path:
+    return Path(records_root) / job.regime / job.method / f"seed{job.seed}"
+
+
+def record_key(job: Job) -> str:
+    return f"{job.regime}/{job.method}/seed{job.seed}"
+
+
+def save_record(job: Job, records_root: Path, shared_roots: tuple[Path, ...] | list[Path] = ()) -> Path:
+    """Keep a finished run's ``done.json`` and gzipped ``metrics.jsonl`` under ``records_root`` (module doc,
+    "Records") and their checksums in the root's manifest (:mod:`.records`); files already holding the same
+    bytes are left alone. A record that one of ``shared_roots`` (the sibling suites' records roots) already holds,
+    the same ``done.json`` and metrics, and that passes :func:`.records.verify_record` there, is not copied: the
+    manifest entry points at it (a stale record of this job in ``records_root`` is deleted). Returns the record
+    folder (the sibling's, for a pointer)."""
+    src, dest = Path(job.run_dir), record_dir(records_root, job)
+    key = record_key(job)
+    done = (src / "done.json").read_bytes()
+    metrics = src / "metrics.jsonl"
+    if not (dest / "done.json").is_file() or (dest / "done.json").read_bytes() != done:
+        held = _held_by(job, done, metrics.read_bytes() if metrics.is_file() else None, records_root, shared_roots)
+        if held is not None:
+            sib_root, entry = held
+            update_manifest(records_root, key, pointer_entry(records_root, sib_root, entry))
+            drop_files(records_root, key)
+            return record_dir(sib_root, job)
+        gz = dest / "metrics.jsonl.gz"
+        if metrics.is_file():
+            with atomic_path(gz) as tmp:  # mtime 0: the same run gives the same bytes
+                with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as fh:
+                    fh.write(metrics.read_bytes())
+        elif gz.exists():
+            gz.unlink()
+        with atomic_path(dest / "done.json") as tmp:  # last: a record is complete once done.json is there
+            tmp.write_bytes(done)
+    update_manifest(records_root, key, manifest_entry(dest))
+    return dest
+
+
+def _held_by(job: Job, done: bytes, metrics: bytes | None, records_root: Path,
+             shared_roots: tuple[Path, ...] | list[Path]) -> tuple[Path, dict[str, Any]] | None:
+    """The first sibling records root holding this run's record (the same ``done.json`` bytes, metrics that
+    decompress to the same bytes) that passes :func:`.records.verify_record` there, and the record's manifest
+    entry; the root the current pointer leads to is tried first. ``None``: keep a copy."""
+    key = record_key(job)
+    roots = [Path(r) for r in shared_roots]
+    try:
+        mine = read_manifest(records_root).get(key)
+    except RecordError:
+        mine = None
+    if is_pointer(mine) and isinstance(mine["in"], str):
+        now = (Path(records_root) / mine["in"]).resolve()
+        roots.sort(key=lambda r: 0 if r.resolve() == now else 1)
+    for root in roots:
+        rec = record_dir(root, job)
+        gz = rec / "metrics.jsonl.gz"
+        try:
+            if not (rec / "done.json").is_file() or (rec / "done.json").read_bytes() != done:
+                continue
+            if (metrics is None) != (not gz.is_file()) or (metrics is not None and gzip.decompress(gz.read_bytes()) != metrics):
+                continue
+            theirs = read_manifest(root).get(key)
+            if theirs is None or is_pointer(theirs):
+                continue  # a pointer leads to files, never to another pointer; an unlisted record has no checksums
+            verify_record(rec, json.loads(done), key=key, manifest={key: theirs},
+                          steps=None if job.method == "base" else int(job.mapping.get("steps", 0)))
+        except (OSError, ValueError, EOFError):  # RecordError is a ValueError: a damaged sibling record is not used
+            continue
+        return root, manifest_entry(rec)
+    return None
+
+
+def restore_record(job: Job, records_root: Path, *, retrain: bool = True) -> bool:
+    """Put a job's record back into its run folder when the job is not finished there and the record's config
+    matches it (:func:`matches`) and the record passes :func:`.records.verify_record`; returns whether it did.
+    A manifest entry that points at a sibling suite's record (:mod:`.records`, "Pointers") is followed, the
+    sibling's files checked against this manifest's checksums first. An unfinished run in the folder is replaced.
+    A damaged or mismatched record is named and left unused (the job retrains), or refused with
+    :class:`.records.RecordError` when ``retrain`` is false."""
+    rec = record_dir(records_root, job)
+    key = record_key(job)
+    if is_done(job) or not ((rec / "done.json").is_file() or (Path(records_root) / MANIFEST).is_file()):
+        return False
+    try:
+        manifest = read_manifest(records_root)
+        if is_pointer(manifest.get(key)):
+            rec = follow_pointer(records_root, key, manifest[key])
+    except RecordError as e:
+        return _bad_record(e, retrain)
+    if not (rec / "done.json").is_file():
+        return False
+    try:
+        info = json.loads((rec / "done.json").read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        return _bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain)
+    if not isinstance(info, dict):
+        return _bad_record(RecordError(f"{rec / 'done.json'}: not a JSON object"), retrain)
+    if not matches(info, job, rec):
+        return False
+    steps = None if job.method == "base" else int(job.mapping.get("steps", 0))
+    try:
+        verify_record(rec, info, key=key, manifest=manifest, steps=steps)
+    except RecordError as e:
+        return _bad_record(e, retrain)
+    d = Path(job.run_dir)
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    if (rec / "metrics.jsonl.gz").is_file():
+        with atomic_path(d / "metrics.jsonl") as tmp:
+            tmp.write_bytes(gzip.decompress((rec / "metrics.jsonl.gz").read_bytes()))
+    with atomic_path(d / "done.json") as tmp:
+        tmp.write_bytes((rec / "done.json").read_bytes())
+    return True
+
+
+def _bad_record(err: RecordError, retrain: bool) -> bool:
+    if not retrain:
+        raise RecordError(f"{err}; refusing (--no-retrain); delete the record to retrain the job") from None
+    print(f"vsr compare: record not used, the job trains again: {err}", flush=True)
+    return False

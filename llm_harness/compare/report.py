@@ -18,7 +18,6 @@ number behind them. Suites add report sections through :data:`SECTIONS`.
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 from pathlib import Path
@@ -26,70 +25,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from llm_harness.compare.section_base import (  # noqa: F401  (re-exported: report's public helpers before)
-    SECTIONS,
-    _mean,
-    _rows,
-    last_row_value,
-    mixed_key,
-    moving_mean,
-    register_section,
-    seed_interval,
-)
-from llm_harness.compare.stats import holm, paired_contrast, paired_power, seeds_for_power
+from llm_harness.compare.render import fmt_interval, fmt_p, ref_name, suite_figures
+from llm_harness.compare.runs import mean_of, summarise
+from llm_harness.compare.sections import load_sections
+from llm_harness.compare.stats import seed_interval
 from llm_harness.compare.suite import SUITES
-from vsr.atomic import json_safe, save_figure, write_json, write_text
+from theory.metrics.paired import holm, paired_contrast, paired_power, seeds_for_power
+from vsr.atomic import json_safe, write_json, write_text
 
-__all__ = ["SECTIONS", "register_section", "seed_interval", "summarise", "write_report"]
-
-def summarise(cfg: Any, jobs: Sequence[Any]) -> dict[str, Any]:
-    """Per regime: the base evaluation and, per method, seed-level finals and per-update means."""
-    k = cfg.sizes["eval_k"]
-    avg_key, pass_key = f"val_avg_at_{k}", f"val_pass_at_{k}"
-    out: dict[str, Any] = {}
-    for j in jobs:
-        reg = out.setdefault(j.regime, {"base": {}, "methods": {}})
-        d = Path(j.run_dir)
-        done = d / "done.json"
-        if not done.is_file():
-            continue
-        info = json.loads(done.read_text())
-        if j.method == "base":
-            v = info.get("validation", {})
-            reg["base"][j.seed] = {"avg": v.get(avg_key), "pass": v.get(pass_key)}
-            continue
-        rows = _rows(d)
-        if not rows or info.get("rc") != 0:
-            continue
-        evals = [(r["step"] + 1, r[avg_key], r.get(pass_key)) for r in rows if avg_key in r]
-        last = evals[-1] if evals else (None, float("nan"), float("nan"))
-        m = reg["methods"].setdefault(j.method, {"seeds": {}})
-        m["seeds"][j.seed] = {
-            "avg": last[1], "pass": last[2], "curve": evals, "wall_s": info.get("wall_s"),
-            "tokens": _mean(rows, "gen_new_tokens"), "instances": _mean(rows, "prompt_instances"),
-            "mixed_fresh": _mean(rows, mixed_key(rows)), "mixed_prefix": _mean(rows, mixed_key(rows, "replayed_prefix")),
-            "mixed_guided": _mean(rows, "mixed_frac_guided"), "step_s": _mean(rows, "time_step_s"),
-            "plugin_s": _mean(rows, "time_plugins_s"), "trained_samples": _mean(rows, "trained_samples"),
-            "replayed_groups": _mean(rows, "groups_replayed"), "reward": _mean(rows, "reward_mean"),
-            "length": last_row_value(rows, "val_length_mean"),
-        }
-    return out
-
-
-def _fmt(m: float, lo: float, hi: float, pct: bool = True) -> str:
-    if not np.isfinite(m):
-        return "–"
-    s = 100.0 if pct else 1.0
-    if not np.isfinite(lo):
-        return f"{m * s:.1f}"
-    return f"{m * s:.1f} [{lo * s:.1f}, {hi * s:.1f}]"
-
-
-def _ref(suite: Any) -> str:
-    """Short name of the reference arm in prose: its label before any parenthesis ("GRPO")."""
-    m = next((m for m in suite.methods if m.name == suite.reference), None)
-    return m.label.split(" (")[0] if m is not None else suite.reference
-
+__all__ = ["write_report"]
 
 def _verdict(mean: float, p_adj: float) -> str:
     if not np.isfinite(p_adj):
@@ -126,9 +70,9 @@ def _records(cfg: Any, reg: dict, suite: Any) -> list[dict[str, Any]]:
             "in_family": (not is_ref) and meth.name in family, "tokens": tokens,
             "tokens_ratio": tokens / ref_tokens if ref_tokens else float("nan"),
             "instances": float(np.mean([s["instances"] for s in seeds.values()])),
-            "mixed_fresh": _mean(list(seeds.values()), "mixed_fresh"),
+            "mixed_fresh": mean_of(list(seeds.values()), "mixed_fresh"),
             "mixed_prefix": float(np.mean(mp)) if mp else float("nan"),
-            "reward": _mean(list(seeds.values()), "reward"), "step_s": step_s, "plugin_s": plug_s,
+            "reward": mean_of(list(seeds.values()), "reward"), "step_s": step_s, "plugin_s": plug_s,
             "plugin_overhead_s": plug_s - ref_plugin, "step_ratio": step_s / ref_step if ref_step else float("nan"),
             "wall_s": float(np.sum([s["wall_s"] or 0.0 for s in seeds.values()])),
         })
@@ -150,17 +94,11 @@ def _records(cfg: Any, reg: dict, suite: Any) -> list[dict[str, Any]]:
     return records
 
 
-def _p_txt(p: float) -> str:
-    if not np.isfinite(p):
-        return "–"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.0e}"
-
-
 def _table(cfg: Any, regime: str, reg: dict, suite: Any) -> tuple[list[str], list[dict[str, Any]]]:
     k = cfg.sizes["eval_k"]
     lines = [
-        f"| method | avg@1 % [95% CI] | pass@{k} % [95% CI] | Δ avg@1 vs {_ref(suite)} (pp) [CI] | p (Holm) | verdict "
-        f"| power at {100 * suite.min_effect:.0f} pp | new tokens / update | × {_ref(suite)} | prompt instances / update "
+        f"| method | avg@1 % [95% CI] | pass@{k} % [95% CI] | Δ avg@1 vs {ref_name(suite)} (pp) [CI] | p (Holm) | verdict "
+        f"| power at {100 * suite.min_effect:.0f} pp | new tokens / update | × {ref_name(suite)} | prompt instances / update "
         "| mixed groups: fresh / prefix | train reward | step s | plug-in s / step |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -168,17 +106,17 @@ def _table(cfg: Any, regime: str, reg: dict, suite: Any) -> tuple[list[str], lis
     if base:
         b_avg = seed_interval([v["avg"] for v in base.values()])
         b_pass = seed_interval([v["pass"] for v in base.values()])
-        lines.append(f"| starting checkpoint (no training) | {_fmt(*b_avg)} | {_fmt(*b_pass)} | | | | | | | | | | | |")
+        lines.append(f"| starting checkpoint (no training) | {fmt_interval(*b_avg)} | {fmt_interval(*b_pass)} | | | | | | | | | | | |")
     records = _records(cfg, reg, suite)
     for rec in records:
         is_ref = rec["method"] == suite.reference
-        d_txt = "" if is_ref else _fmt(*rec["diff_vs_ref"])
-        p_txt = "" if is_ref else (f"{_p_txt(rec['p'])} ({_p_txt(rec['p_holm'])})" if rec["in_family"] else _p_txt(rec["p"]))
+        d_txt = "" if is_ref else fmt_interval(*rec["diff_vs_ref"])
+        p_txt = "" if is_ref else (f"{fmt_p(rec['p'])} ({fmt_p(rec['p_holm'])})" if rec["in_family"] else fmt_p(rec["p"]))
         pw = "" if is_ref or not np.isfinite(rec["power_holm"]) else f"{rec['power_holm']:.2f}"
         label = rec["label"].replace("|", "\\|")
         mp_txt = f"{rec['mixed_prefix']:.2f}" if np.isfinite(rec["mixed_prefix"]) else "–"
         lines.append(
-            f"| {label} ({rec['n_seeds']} seeds) | {_fmt(*rec['avg'])} | {_fmt(*rec['pass'])} | {d_txt} | {p_txt} | "
+            f"| {label} ({rec['n_seeds']} seeds) | {fmt_interval(*rec['avg'])} | {fmt_interval(*rec['pass'])} | {d_txt} | {p_txt} | "
             f"{rec['verdict']} | {pw} | {rec['tokens']:.0f} | {rec['tokens_ratio']:.2f} | {rec['instances']:.1f} | "
             f"{rec['mixed_fresh']:.2f} / {mp_txt} | {rec['reward']:.3f} | {rec['step_s']:.2f} | {rec['plugin_s']:.3f} |"
         )
@@ -198,9 +136,9 @@ def _power_lines(recs: list[dict[str, Any]], suite: Any) -> list[str]:
              "|---|---|---|---|---|---|"]
     for r in fam:
         sd = r["diff_sd"]
-        lines.append(f"| {r['method']} vs {_ref(suite)} | {100 * sd:.2f} | {r['n_seeds']} | "
+        lines.append(f"| {r['method']} vs {ref_name(suite)} | {100 * sd:.2f} | {r['n_seeds']} | "
                      f"{r['power']:.2f} | {r['power_holm']:.2f} | {r['seeds_for_80'] if r['seeds_for_80'] else '–'} |"
-                     if np.isfinite(sd) else f"| {r['method']} vs {_ref(suite)} | – | {r['n_seeds']} | – | – | – |")
+                     if np.isfinite(sd) else f"| {r['method']} vs {ref_name(suite)} | – | {r['n_seeds']} | – | – | – |")
     sds = [r["diff_sd"] for r in fam if np.isfinite(r["diff_sd"])]
     if sds:
         pooled = float(np.sqrt(np.mean(np.square(sds))))
@@ -208,59 +146,6 @@ def _power_lines(recs: list[dict[str, Any]], suite: Any) -> list[str]:
         lines += ["", f"Pooled over the family: sd {100 * pooled:.2f} pp, power {paired_power(suite.min_effect, pooled, n, 0.05 / m):.2f} "
                       f"with {n} seeds; {seeds_for_power(suite.min_effect, pooled, 0.8, 0.05 / m)} seeds would give 80 %."]
     return lines + [""]
-
-
-def _figures(out: Path, summary: dict, suite: Any) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = []
-    regimes = list(summary)
-    fig, axes = plt.subplots(len(regimes), 2, figsize=(13, 4.2 * len(regimes)), squeeze=False)
-    for i, r in enumerate(regimes):
-        ms = [m for m in suite.methods if m.name in summary[r]["methods"]]
-        for jcol, key in enumerate(("avg", "pass")):
-            ax = axes[i, jcol]
-            vals = [seed_interval([s[key] for s in summary[r]["methods"][m.name]["seeds"].values()]) for m in ms]
-            y = np.arange(len(ms))
-            mean = np.array([v[0] for v in vals]) * 100
-            err = np.array([[v[0] - v[1], v[2] - v[0]] if np.isfinite(v[1]) else [0, 0] for v in vals]).T * 100
-            colors = [{"baseline": "0.55", "vsr": "C0", "replay": "C2", "extra": "C3", "composition": "C4"}.get(m.family, "C5") for m in ms]
-            ax.barh(y, mean, xerr=err, color=colors, capsize=3)
-            base = [v[key] for v in summary[r]["base"].values() if v.get(key) is not None]
-            if base:
-                ax.axvline(np.mean(base) * 100, color="k", ls="--", lw=1, label="starting checkpoint")
-                ax.legend(loc="lower right", fontsize=8)
-            ax.set_yticks(y, [m.label for m in ms], fontsize=8)
-            ax.invert_yaxis()
-            ax.set_xlabel(("held-out avg@1 (%)" if key == "avg" else "held-out pass@k (%)") + " — mean and 95% CI over seeds")
-            ax.set_title(f"{r} regime", fontsize=10)
-    fig.tight_layout()
-    names.append(save_figure(fig, out, "compare_final")[0].name)
-
-    fig, axes = plt.subplots(1, len(regimes), figsize=(6.5 * len(regimes), 4.5), squeeze=False)
-    for i, r in enumerate(regimes):
-        ax = axes[0, i]
-        base = [v["avg"] for v in summary[r]["base"].values() if v.get("avg") is not None]
-        for m in suite.methods:
-            if m.name not in summary[r]["methods"]:
-                continue
-            seeds = summary[r]["methods"][m.name]["seeds"].values()
-            steps = sorted({c[0] for s in seeds for c in s["curve"]})
-            ys = [np.mean([c[1] for s in seeds for c in s["curve"] if c[0] == st]) * 100 for st in steps]
-            if base:
-                steps, ys = [0] + steps, [np.mean(base) * 100] + ys
-            ax.plot(steps, ys, marker="o", ms=3, lw=1.2, label=m.label,
-                    ls="-" if m.family != "baseline" else "--")
-        ax.set_xlabel("update")
-        ax.set_ylabel("held-out avg@1 (%) — mean over seeds")
-        ax.set_title(f"{r} regime", fontsize=10)
-    axes[0, -1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    names.append(save_figure(fig, out, "compare_curves")[0].name)
-    return names
 
 
 def _protocol(jobs: Sequence[Any]) -> dict[str, Any]:
@@ -360,9 +245,9 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         worse = [r["label"] for r in recs if r["verdict"] == "worse"]
         same = [r["label"] for r in recs if r["verdict"] == "not detected"]
         lines.append("Plainly: " + " ".join(filter(None, [
-            f"Better than {_ref(suite)} on avg@1 (Holm-adjusted p < 0.05): {' / '.join(better)}." if better else
-            f"No method beats {_ref(suite)} on avg@1 at Holm-adjusted p < 0.05.",
-            f"Worse than {_ref(suite)}: {' / '.join(worse)}." if worse else "",
+            f"Better than {ref_name(suite)} on avg@1 (Holm-adjusted p < 0.05): {' / '.join(better)}." if better else
+            f"No method beats {ref_name(suite)} on avg@1 at Holm-adjusted p < 0.05.",
+            f"Worse than {ref_name(suite)}: {' / '.join(worse)}." if worse else "",
             f"No difference detected at this budget: {' / '.join(same)}." if same else "",
         ])))
         base = summary[regime.name]["base"]
@@ -374,17 +259,18 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
                 f"Against the starting checkpoint ({100 * b:.1f}%): seed CI entirely above it: "
                 + (" / ".join(above) if above else "none") + "; entirely below it: " + (" / ".join(below) if below else "none") + "."
             )
-        vsr = next((r for r in recs if r["method"] == "vsr"), None)
-        if vsr is not None:
-            lines.append(f"VSR generates {vsr['tokens_ratio']:.2f}x {_ref(suite)}'s new tokens per update in this regime "
-                         "(paper: 0.48x at 1.5B agentic).")
+        claims = {m.name: m.token_claim for m in suite.methods if m.token_claim}
+        for r in recs:
+            if r["method"] in claims:
+                lines.append(f"{r['label']} generates {r['tokens_ratio']:.2f}x {ref_name(suite)}'s new tokens per update in "
+                             f"this regime ({claims[r['method']]}).")
         lines += [""] + _power_lines(recs, suite)
-    lines += [f"## Per-step plug-in overhead vs {_ref(suite)}", "",
+    lines += [f"## Per-step plug-in overhead vs {ref_name(suite)}", "",
               "Wall time spent inside plug-in calls per step (claim/refill/shape/keep/compose/after_step, including an "
               "oracle's Monte-Carlo generation and ExTra's embedding and entropy scoring), minus the reference's (its "
               "fresh-prompt source), and the whole step time relative to the reference's (which also reflects different "
               "amounts of generation). Wall time per arm is the sum over its seeds' runs.", "",
-              f"| regime | method | plug-in s / step over {_ref(suite)} | step time x {_ref(suite)} | wall min (all seeds) |",
+              f"| regime | method | plug-in s / step over {ref_name(suite)} | step time x {ref_name(suite)} | wall min (all seeds) |",
               "|---|---|---|---|---|"]
     for reg, recs in records_all.items():
         for r in recs:
@@ -392,11 +278,10 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
                          + ("" if r["method"] == suite.reference else f"{r['plugin_overhead_s']:+.3f}")
                          + f" | {r['step_ratio']:.2f} | {r['wall_s'] / 60:.1f} |")
     lines.append("")
-    import llm_harness.compare.sections  # noqa: F401  (registers the built-in sections)
-
+    sections = load_sections()
     for name in suite.sections:
-        lines += SECTIONS.lookup(name, "report section")(cfg, jobs, summary, suite, out)
-    figs = _figures(out, summary, suite) if any(v["methods"] for v in summary.values()) else []
+        lines += sections.lookup(name, "report section")(cfg, jobs, summary, suite, out)
+    figs = suite_figures(out, summary, suite) if any(v["methods"] for v in summary.values()) else []
     for f in figs:
         lines.append(f"![{f}]({f})")
     text = "\n".join(lines) + "\n"

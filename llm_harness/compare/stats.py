@@ -1,100 +1,44 @@
-"""Paired-seed statistics of a comparison: contrasts, Holm's correction, power (issue 13 item 1).
-
-Every arm of a suite runs the same seeds; seed ``s`` fixes the prompt order and the evaluation
-sample for every arm, so an arm's effect is measured on the per-seed differences ``d_s`` to the
-reference arm. :func:`paired_contrast` is the paired t-test on them; :func:`holm` adjusts a family of
-p-values (step-down, strong family-wise control); :func:`paired_power` is the power of the two-sided
-paired t-test against a true difference ``delta`` when the differences have standard deviation
-``sd`` (non-central t), and :func:`seeds_for_power` the smallest seed count reaching a target power.
-Pure functions of numbers (scipy for the t distributions).
-"""
+"""Statistics of comparison tables: a finite-number test, the seed interval of a mean, and one paper table's rows
+(contrasts with the reference, Holm within the table, power). The paired tests themselves live with the other
+statistics in :mod:`theory.metrics.paired`."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
-import numpy as np
+from theory.metrics.intervals import t_interval
+from theory.metrics.paired import holm, paired_contrast, paired_power
 
-__all__ = ["Contrast", "holm", "paired_contrast", "paired_power", "seeds_for_power"]
-
-
-@dataclass(frozen=True)
-class Contrast:
-    """A paired contrast over seeds."""
-
-    n: int
-    mean: float
-    sd: float
-    ci_low: float
-    ci_high: float
-    p: float
-    """Two-sided paired t-test p-value (nan for fewer than 2 seeds or zero spread with zero mean)."""
+__all__ = ["finite", "seed_interval", "table_rows"]
 
 
-def paired_contrast(diffs: Sequence[float], confidence: float = 0.95) -> Contrast:
-    """Mean, Student-t interval (``theory.metrics.t_interval``) and two-sided p-value of per-seed differences
-    (non-finite ones dropped)."""
-    from scipy import stats
-
-    from theory.metrics import t_interval
-
-    d = np.asarray([x for x in diffs if x is not None and np.isfinite(x)], dtype=np.float64)
-    n = int(d.size)
-    if n == 0:
-        return Contrast(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-    m = float(d.mean())
-    if n < 2:
-        return Contrast(1, m, math.nan, math.nan, math.nan, math.nan)
-    sd = float(d.std(ddof=1))
-    se = sd / math.sqrt(n)
-    _, lo, hi = t_interval(d, confidence)
-    if se == 0.0:
-        p = math.nan if m == 0.0 else 0.0
-    else:
-        p = float(2 * stats.t.sf(abs(m) / se, n - 1))
-    return Contrast(n, m, sd, lo, hi, p)
+def finite(x: object) -> bool:
+    """A real number that is not nan or infinite."""
+    return isinstance(x, (int, float)) and math.isfinite(float(x))
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values, in the input order (nan entries stay nan and are not counted)."""
-    p = np.asarray(pvalues, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    idx = np.flatnonzero(np.isfinite(p))
-    m = idx.size
-    if m == 0:
-        return out.tolist()
-    order = idx[np.argsort(p[idx], kind="stable")]
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
-    return out.tolist()
+def seed_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: Student-t interval of the mean over seeds (:func:`theory.metrics.intervals.t_interval`)."""
+    return t_interval(values, confidence)
 
 
-def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
-    """Power of the two-sided paired t-test at level ``alpha`` with ``n`` seeds against a true mean
-    difference ``delta`` when the per-seed differences have standard deviation ``sd``."""
-    from scipy import stats
-
-    if n < 2 or not (sd > 0) or not np.isfinite(sd):
-        return math.nan
-    df = n - 1
-    crit = float(stats.t.ppf(1 - alpha / 2, df))
-    ncp = abs(delta) / (sd / math.sqrt(n))
-    upper = float(stats.nct.sf(crit, df, ncp))
-    if not np.isfinite(upper):  # scipy's non-central t loses precision far in the tail: power is 1 there
-        upper = 1.0 if ncp > crit else 0.0
-    lower = float(stats.nct.cdf(-crit, df, ncp))
-    return float(min(1.0, upper + (lower if np.isfinite(lower) else 0.0)))
-
-
-def seeds_for_power(delta: float, sd: float, power: float = 0.8, alpha: float = 0.05, n_max: int = 10_000) -> int:
-    """Smallest seed count whose :func:`paired_power` reaches ``power`` (``n_max + 1`` if none up to ``n_max``)."""
-    if not (sd > 0) or not np.isfinite(sd):
-        return 2
-    for n in range(2, n_max + 1):
-        if paired_power(delta, sd, n, alpha) >= power:
-            return n
-    return n_max + 1
+def table_rows(finals: Mapping[str, Mapping[int, Mapping[str, float]]], arms: Sequence[str], reference: str, key: str,
+               min_effect: float = 0.02) -> list[dict[str, Any]]:
+    """One table's contrasts on metric ``key``: per arm the seed mean and interval, the paired difference to
+    ``reference`` over common seeds, its p-value and the Holm-adjusted p **within the table** (arms without
+    runs are skipped), and the power against ``min_effect`` at Holm's first-step level."""
+    ref = finals.get(reference, {})
+    rows = []
+    for a in arms:
+        seeds = finals.get(a, {})
+        if not seeds:
+            continue
+        common = sorted(s for s in set(seeds) & set(ref) if finite(seeds[s].get(key)) and finite(ref[s].get(key)))
+        c = paired_contrast([seeds[s][key] - ref[s][key] for s in common])
+        rows.append({"arm": a, "n": len(seeds), "value": seed_interval([v.get(key, math.nan) for v in seeds.values()]),
+                     "diff": (c.mean, c.ci_low, c.ci_high), "sd": c.sd, "p": c.p, "n_paired": c.n})
+    for r, adj in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = adj
+        r["power"] = paired_power(min_effect, r["sd"], r["n_paired"], 0.05 / max(1, len(rows)))
+    return rows

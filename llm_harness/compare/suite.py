@@ -38,6 +38,12 @@ class Method:
     """Name in the report."""
     family: str = "baseline"
     """Grouping in the report (baseline, vsr, replay, extra, composition)."""
+    roles: tuple[str, ...] = ()
+    """What report sections look this arm up by, instead of by its name (``oracle_score``: its runs log the VSR
+    oracle's Monte-Carlo scoring; ``calibrated_score``: its runs fit the calibrated σ̂ curve)."""
+    token_claim: str = ""
+    """A paper's number for this arm's new tokens per update relative to the reference's; the report prints it
+    beside the measured ratio."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,18 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class TableSpec:
+    """One paper table: its arms, each contrasted with the suite's reference; the arms form one Holm family."""
+
+    name: str
+    """Identifier (CSV rows, ``extra_cols`` keys)."""
+    caption: str
+    """Heading in the report."""
+    arms: tuple[str, ...]
+    """Method names of the table's rows (the reference is every table's first row)."""
+
+
+@dataclass(frozen=True)
 class Suite:
     """Methods × regimes, compared at matched update counts."""
 
@@ -105,6 +123,8 @@ class Suite:
     ablations: tuple[tuple[str, str], ...] = ()
     """``(method, ablation)`` pairs contrasted with each other, paired by seed, with their own Holm family per
     regime (section ``ablations``): does the component the ablation removes matter?"""
+    figure_arms: tuple[str, ...] = ()
+    """Arms drawn in per-update figures of many arms (at most ~6 per panel; default: the first six)."""
     shares_records_with: tuple[str, ...] = ()
     """Suites whose run records (beside this suite's report folder, ``compare_<name>/records``) may finish this
     suite's jobs: a job restores a sibling's record only when the fingerprints match (the same resolved config and
@@ -163,6 +183,9 @@ def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_di
     return data
 
 
+#: VSR's new tokens per update relative to GiGPO's in the VSR paper (39.27M / 81.30M, 1.5B agentic)
+_VSR_TOKENS = "paper: 0.48x at 1.5B agentic"
+
 # the committed report ran every method at lr 2e-4 (the recipe's value then); the recipe is now 1e-4
 _HARD = {"task": {"params": {"min_terms": 7, "max_terms": 9}}, "optim": {"lr": 2.0e-4}}
 
@@ -174,14 +197,14 @@ register_suite(
             Method("dapo", "testbed_dapo.yaml", "DAPO (dynamic sampling)"),
             Method("sft", "testbed_sft.yaml", "SFT on expert solutions"),
             Method("reinforce_ada", "testbed_reinforce_ada_est.yaml", "Reinforce-Ada-Est (prompt-level reallocation)"),
-            Method("vsr", "testbed_vsr.yaml", "VSR", "vsr"),
+            Method("vsr", "testbed_vsr.yaml", "VSR", "vsr", token_claim=_VSR_TOKENS),
             Method("vsr_sqrt", "testbed_vsr_sqrt.yaml", "VSR, sqrt(p(1-p)) (Neyman) score", "vsr"),
             Method("vsr_steps", "testbed_vsr_steps.yaml", "VSR, prefixes at step boundaries", "vsr"),
             Method("vsr_rho25", "testbed_vsr_rho25.yaml", "VSR, rho = 0.25", "vsr"),
             Method("vsr_uniform", "testbed_vsr_uniform.yaml", "VSR w/o scoring", "vsr"),
             Method("vsr_norecency", "testbed_vsr_norecency.yaml", "VSR w/o recency", "vsr"),
             Method("vsr_static_expert", "testbed_vsr_static_expert.yaml", "static uniform expert-prefix resets", "vsr"),
-            Method("vsr_oracle", "testbed_vsr_oracle.yaml", "VSR, oracle Monte-Carlo score", "vsr"),
+            Method("vsr_oracle", "testbed_vsr_oracle.yaml", "VSR, oracle Monte-Carlo score", "vsr", roles=("oracle_score",)),
             Method("replay", "testbed_replay.yaml", "|A| replay (rollout level, fresh-anchored)", "replay"),
             Method("replay_uniform_pool", "testbed_replay_uniform_pool.yaml", "replay: uniform, query level, pool", "replay"),
             Method("replay_sigma_pool", "testbed_replay_sigma_pool.yaml", "replay: σ_g, query level, pool", "replay"),
@@ -212,13 +235,13 @@ register_suite(
 #: the VSR-regime arms (issue 13 item 1), in report order
 _REGIME_METHODS = (
     Method("grpo", "regime_grpo.yaml", "GRPO (paper's recipe: zero-variance groups kept, 2 mini-batches)"),
-    Method("vsr", "regime_vsr.yaml", "VSR", "vsr"),
+    Method("vsr", "regime_vsr.yaml", "VSR", "vsr", token_claim=_VSR_TOKENS),
     Method("vsr_uniform", "regime_vsr_uniform.yaml", "VSR w/o scoring", "vsr"),
     Method("vsr_norecency", "regime_vsr_norecency.yaml", "VSR w/o recency", "vsr"),
     Method("static_expert", "regime_static_expert.yaml", "static uniform expert-prefix resets", "vsr"),
     Method("reinforce_ada", "regime_reinforce_ada_est.yaml", "Reinforce-Ada-Est (prompt-level reallocation)"),
-    Method("vsr_oracle", "regime_vsr_oracle.yaml", "VSR, oracle Monte-Carlo score", "vsr"),
-    Method("vsr_calibrated", "regime_vsr_calibrated.yaml", "VSR, calibrated σ̂", "vsr"),
+    Method("vsr_oracle", "regime_vsr_oracle.yaml", "VSR, oracle Monte-Carlo score", "vsr", roles=("oracle_score",)),
+    Method("vsr_calibrated", "regime_vsr_calibrated.yaml", "VSR, calibrated σ̂", "vsr", roles=("calibrated_score",)),
 )
 
 #: the pool every vsr_regime run trains on: hard prompts of the `low` checkpoint on 6-term chains

@@ -2,7 +2,7 @@
 
 ``make_agent_figures(out_dir, quick)`` reads the cards of the shipped agent checkpoints
 (``checkpoints/<family>/<name>/card.json``; nothing is re-run, so it takes a second) and writes,
-per family with shipped cards, ``continuation_<family>.png/.pdf`` and ``continuation_<family>.csv``
+per family with shipped cards, ``continuation_<family>.png`` and ``continuation_<family>.csv``
 (every plotted number): success from the state after k(α) expert actions vs α for each
 checkpoint with its Wilson interval band (left), and how the mid checkpoint's groups of G
 episodes of one seed split into all-fail / mixed / all-success (right) -- VSR's regime is

@@ -2,7 +2,7 @@
 
 One token per character of an alphabet plus four special tokens. The arithmetic test bed uses the
 step-arithmetic alphabet (:data:`llm_harness.tasks.ALPHABET`, 19 symbols; 23 ids in all), the
-agent test beds their environment family's rendering alphabet (``llm_harness.testbed.families``)::
+agent test beds their environment family's rendering alphabet (``AGENT_FAMILIES`` in ``llm_harness.testbed.agents``)::
 
     0 <pad>   1 <bos>   2 <eos>   3 <unk>   4.. the alphabet in order   then auxiliary byte tokens
 

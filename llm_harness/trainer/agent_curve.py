@@ -4,7 +4,7 @@
 held-out success over the fixed evaluation seeds (the trainer's agent validation, with its 95 %
 interval; the untrained model's evaluation with the same seed at update 0 when given), the training
 episodes' success from initial states, and the fraction of success-mixed groups. Writes
-``curve.png`` / ``curve.pdf`` and ``curve.csv`` (every plotted number) into ``out_dir``.
+``curve.png`` and ``curve.csv`` (every plotted number) into ``out_dir``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Full mode trains the shipped middle test-bed checkpoint with the recipe of
 ``configs/testbed_grpo.yaml`` for 40 steps (validation every 10 on 100 problems); when that
 checkpoint does not exist yet, or in quick mode, it trains a random tiny model on the learnable
 toy task (:class:`llm_harness.trainer.testing.ToyTask`) and says so in the title. Writes
-``training_curve.png/.pdf`` and ``metrics.csv`` (every plotted number).
+``training_curve.png`` and ``metrics.csv`` (every plotted number).
 """
 
 from __future__ import annotations
@@ -95,6 +95,6 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     ax[2].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    png, _ = save_figure(fig, out_dir, "training_curve")
+    png = save_figure(fig, out_dir, "training_curve")[0]
     shutil.rmtree(run_dir, ignore_errors=True)
     return png

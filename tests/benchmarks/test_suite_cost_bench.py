@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.suite_cost import main, record_timings
-from llm_harness.compare.suites_evidence import COST, job_seconds
+from llm_harness.compare.sizing import COST, job_seconds
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
 

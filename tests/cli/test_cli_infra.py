@@ -68,7 +68,7 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
         atomic.write_json(target, {"a": float("nan")})  # NaN is refused, not written
 
 
-def test_save_figure_writes_png_and_pdf_and_closes(tmp_path):
+def _figure():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,17 +76,44 @@ def test_save_figure_writes_png_and_pdf_and_closes(tmp_path):
 
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
+    return fig
+
+
+def test_save_figure_writes_the_png_only_by_default_and_closes(tmp_path):
+    import matplotlib.pyplot as plt
+
+    fig = _figure()
     paths = atomic.save_figure(fig, tmp_path / "sub", "curve", dpi=50)
+    assert [p.name for p in paths] == ["curve.png"] and paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["curve.png"]  # no PDF, no temp files left
+    assert not plt.fignum_exists(fig.number)
+
+
+def test_save_figure_adds_a_byte_stable_pdf_when_the_environment_asks(tmp_path, monkeypatch):
+    monkeypatch.setenv("VSR_FIGURE_FORMATS", " pdf, PNG,pdf ")  # case, spaces and repeats ignored; PNG first
+    paths = atomic.save_figure(_figure(), tmp_path / "sub", "curve", dpi=50)
     assert [p.name for p in paths] == ["curve.png", "curve.pdf"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[1].read_bytes()[:5] == b"%PDF-"
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["curve.pdf", "curve.png"]  # no temp files left
-    assert not plt.fignum_exists(fig.number)
     first = [p.read_bytes() for p in paths]
-    fig, ax = plt.subplots()
-    ax.plot([0, 1], [1, 0])
     time.sleep(1.1)  # a PDF creation date would differ by now
-    again = atomic.save_figure(fig, tmp_path / "sub", "curve", dpi=50)
+    again = atomic.save_figure(_figure(), tmp_path / "sub", "curve", dpi=50)
     assert [p.read_bytes() for p in again] == first  # the same figure, the same bytes: a rebuilt report leaves no diff
+    # an explicit formats= wins over the variable
+    assert [p.name for p in atomic.save_figure(_figure(), tmp_path / "x", "c", dpi=50, formats=("png",))] == ["c.png"]
+    assert [p.name for p in (tmp_path / "x").iterdir()] == ["c.png"]
+
+
+@pytest.mark.parametrize("value, why", [("png,svg", r"unknown format\(s\) \['svg'\]"), ("pdf", r"png is missing \(reports link the PNG\)")])
+def test_figure_formats_variable_is_validated(tmp_path, monkeypatch, value, why):
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("VSR_FIGURE_FORMATS", value)
+    fig = _figure()
+    with pytest.raises(ValueError, match=rf"VSR_FIGURE_FORMATS='{value}': {why}; give a comma list of png, pdf"):
+        atomic.save_figure(fig, tmp_path, "curve")
+    plt.close(fig)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_command_resolves_to_a_dataclass_entry_point():
@@ -105,7 +132,8 @@ def test_config_file_feeds_a_command(tmp_path, capsys):
     assert rc == 0 and "(1 checks x 3 cases)" in capsys.readouterr().out
 
 
-def test_figures_driver_quick(tmp_path, capsys):
+def test_figures_driver_quick(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VSR_FIGURE_FORMATS", "png,pdf")  # one variable asks every figure job for a PDF too
     rc = main(["figures", "--out", str(tmp_path), "--only", "theory", "--quick"])
     assert rc == 0
     for ext in ("png", "pdf", "json", "md"):

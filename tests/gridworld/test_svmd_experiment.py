@@ -157,8 +157,9 @@ def test_driver_writes_files(tmp_path: Path):
     )
     assert se.run(cfg) == 0
     out = cfg.out
-    for f in ("svmd.csv", "svmd_bound.png", "svmd_bound.pdf", "config.yaml"):
+    for f in ("svmd.csv", "svmd_bound.png", "config.yaml"):
         assert (out / f).stat().st_size > 0
+    assert not (out / "svmd_bound.pdf").exists()  # PNG only by default
     rows = list(csv.DictReader((out / "svmd.csv").open()))
     assert len(rows) == len(se.plan(cfg))
     assert set(rows[0]) == set(se.FIELDS)

@@ -38,8 +38,8 @@ def test_non_finite_entries_are_dropped_and_small_samples_give_nan_bounds():
 
 
 def test_every_report_uses_it():
-    from llm_harness.compare.report import seed_interval
-    from llm_harness.compare.stats import paired_contrast
+    from llm_harness.compare.stats import seed_interval
+    from theory.metrics.paired import paired_contrast
 
     xs = [0.1, 0.4, 0.35, 0.2, 0.5]
     m, lo, hi = t_interval(xs)

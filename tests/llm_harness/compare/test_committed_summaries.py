@@ -49,24 +49,31 @@ RECORDED = sorted(p.parent for p in (ROOT / "figures").glob("compare_*/records")
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
 def test_committed_records_rebuild_the_committed_summary(folder, tmp_path, monkeypatch):
-    """A suite folder with run records: ``--report-only`` from those records alone (and the prompt pool they were
-    trained on, if any; another folder, no run directories) reproduces the committed summary's numbers, i.e. the records are the committed result's runs
+    """A suite folder with run records: ``--report-only`` from those records alone (with the records of the suites
+    it shares runs with, which its manifest's pointers lead into, and the prompt pool they were trained on, if any;
+    another folder, no run directories) reproduces the committed summary's numbers, i.e. the records are the committed result's runs
     and still match the suite's current configs."""
     import shutil
 
-    from llm_harness.compare.runner import CompareConfig, run
+    from llm_harness.compare.jobs import CompareConfig
+    from llm_harness.compare.runner import run
+    from llm_harness.compare.suite import SUITES
 
     monkeypatch.chdir(ROOT)  # the suites' config paths are relative to the repository
     committed = json.loads((folder / "summary.json").read_text())
-    shutil.copytree(folder / "records", tmp_path / "records")
+    out = tmp_path / folder.name
+    shutil.copytree(folder / "records", out / "records")
+    for sib in SUITES[committed["suite"]].shares_records_with:  # its manifest's pointers lead into theirs
+        if (folder.parent / f"compare_{sib}" / "records").is_dir():
+            shutil.copytree(folder.parent / f"compare_{sib}" / "records", tmp_path / f"compare_{sib}" / "records")
     if (folder / "pool.json").is_file():  # a pool-trained suite: its records were trained on this pool
-        shutil.copy(folder / "pool.json", tmp_path / "pool.json")
+        shutil.copy(folder / "pool.json", out / "pool.json")
     regimes = tuple(sorted({m["regime"] for m in committed["methods"]}))
     # the committed seed count (a suite may have been extended with --seeds; records of further seeds are ignored)
     seeds = len(committed["seeds"])
     assert committed["seeds"] == list(range(seeds))
-    assert run(CompareConfig(suite=committed["suite"], out=tmp_path, regimes=regimes, seeds=seeds, report_only=True)) == 0
-    rebuilt = json.loads((tmp_path / "summary.json").read_text())
+    assert run(CompareConfig(suite=committed["suite"], out=out, regimes=regimes, seeds=seeds, report_only=True)) == 0
+    rebuilt = json.loads((out / "summary.json").read_text())
     key = lambda m: (m["regime"], m["name"])  # noqa: E731
     want = {key(m): m for m in committed["methods"]}
     got = {key(m): m for m in rebuilt["methods"]}

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_harness.compare.report import seed_interval, write_report
-from llm_harness.compare.runner import CompareConfig, plan_jobs, run
+from llm_harness.compare.report import write_report
+from llm_harness.compare.stats import seed_interval
+from llm_harness.compare.jobs import CompareConfig, plan_jobs
+from llm_harness.compare.runner import run
 from llm_harness.compare.suite import SUITES
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
@@ -159,7 +161,7 @@ def test_quick_vsr_regime_selects_its_pool_trains_and_reports_the_curriculum(tmp
 
 
 def test_calibration_and_curriculum_sections_from_run_logs(tmp_path):
-    from llm_harness.compare.sections import calibration_section, curriculum_section
+    from llm_harness.compare.sections.vsr import calibration_section, curriculum_section
 
     cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=3, steps=8, methods=("grpo", "vsr", "vsr_oracle", "vsr_calibrated"))
     jobs = plan_jobs(cfg)
@@ -190,7 +192,7 @@ def test_calibration_and_curriculum_sections_from_run_logs(tmp_path):
 
 
 def test_replayed_mixed_share_skips_windows_without_replayed_groups():
-    from llm_harness.compare.sections import replayed_mixed_shares
+    from llm_harness.compare.sections.vsr import replayed_mixed_shares
 
     empty = {"groups": np.zeros(5), "mixed": np.zeros(5)}
     half = {"groups": np.array([0, 2.0, 2.0, 0, 0]), "mixed": np.array([0, 1.0, 1.0, 0, 0])}
@@ -201,7 +203,7 @@ def test_replayed_mixed_share_skips_windows_without_replayed_groups():
 
 
 def test_assumptions_section_names_the_first_broken_link(tmp_path):
-    from llm_harness.compare.sections import assumptions_section
+    from llm_harness.compare.sections.vsr import assumptions_section
 
     cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=3, steps=8, methods=("grpo", "vsr", "vsr_uniform"))
     jobs = plan_jobs(cfg)
@@ -231,7 +233,8 @@ def test_assumptions_section_names_the_first_broken_link(tmp_path):
 
 
 def test_a_finished_run_stays_done_when_a_field_is_added_at_its_default_but_not_when_a_value_changes(tmp_path):
-    from llm_harness.compare.runner import _done, compatible
+    from llm_harness.compare.jobs import compatible
+    from llm_harness.compare.jobs import is_done as _done
     from vsr.config_io import to_dict
 
     job = next(j for j in plan_jobs(CompareConfig(out=tmp_path, seeds=1, steps=2)) if j.method == "grpo")
@@ -338,7 +341,8 @@ def test_records_rebuild_the_report_after_the_run_folders_are_gone(tmp_path, cap
 
 
 def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_replaced(tmp_path):
-    from llm_harness.compare.runner import _done, restore_record, save_record
+    from llm_harness.compare.jobs import is_done as _done
+    from llm_harness.compare.records import restore_record, save_record
 
     cfg = CompareConfig(out=tmp_path, seeds=1, steps=4, methods=("grpo",), regimes=("normal",))
     job = next(j for j in plan_jobs(cfg) if j.method == "grpo")
@@ -360,7 +364,8 @@ def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_rep
 
 def test_suites_that_share_arms_restore_each_others_records(tmp_path, capsys):
     """extra_signal's GRPO, ExTra (full) and base runs are extra_gamma's (same resolved config, same pool): they are
-    restored from the sibling's records, its kept pool is reused, and a copy lands in extra_signal's own records."""
+    restored from the sibling's records, its kept pool is reused, and extra_signal's own manifest points at the
+    sibling's records instead of keeping a copy."""
     committed_pool = Path(__file__).resolve().parents[3] / "figures" / "compare_extra" / "pool.json"
     gamma = CompareConfig(suite="extra_gamma", out=tmp_path / "compare_extra_gamma", seeds=1, steps=2,
                           eval_k=8, methods=("grpo", "extra_full"), report_only=True)
@@ -381,7 +386,12 @@ def test_suites_that_share_arms_restore_each_others_records(tmp_path, capsys):
     assert signal.pool_path.read_bytes() == committed_pool.read_bytes()
     by = {j.method: j for j in plan_jobs(signal)}
     assert {m for m, j in by.items() if (Path(j.run_dir) / "done.json").is_file()} == {"base", "grpo", "extra_full"}
-    assert (signal.records_root / "recurring" / "grpo" / "seed0" / "done.json").is_file()
+    from llm_harness.compare.records import read_manifest
+
+    assert not (signal.records_root / "recurring").exists()  # no copy: pointers
+    entry = read_manifest(signal.records_root)["recurring/grpo/seed0"]
+    assert entry == {"in": "../../compare_extra_gamma/records",
+                     **read_manifest(gamma.records_root)["recurring/grpo/seed0"]}
     # another config (3 steps) matches no sibling record: nothing is restored, so there is nothing to report
     capsys.readouterr()
     with pytest.raises(ValueError, match="nothing to report"):
@@ -409,7 +419,7 @@ def test_without_records_nothing_is_kept_or_restored(tmp_path, capsys):
 def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     """A suite on a prompt pool: the fingerprint hashes the pool's bytes, so restoring records on a fresh clone
     needs the pool the report was made on (``pool.json`` beside it); it is copied back unless records are off."""
-    from llm_harness.compare.runner import restore_record, save_record
+    from llm_harness.compare.records import restore_record, save_record
 
     cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=1, steps=2, methods=("grpo",), report_only=True)
     cfg.pool_path.parent.mkdir(parents=True)
@@ -433,7 +443,7 @@ def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
 def test_ablation_rows_pair_by_common_seeds_with_holm_per_regime():
     from types import SimpleNamespace
 
-    from llm_harness.compare.sections import ablation_rows
+    from llm_harness.compare.sections.common import ablation_rows
 
     suite = SimpleNamespace(ablations=(("vsr", "uniform"), ("vsr", "frozen"), ("vsr", "absent")))
     seeds = lambda vals: {k: {"avg": v} for k, v in enumerate(vals)}  # noqa: E731

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from llm_harness.compare.runner import CompareConfig, plan_jobs, run
+from llm_harness.compare.jobs import CompareConfig, plan_jobs
+from llm_harness.compare.runner import run
 
 TIMING = {"wall_s", "step_s", "plugin_s", "step_ratio", "plugin_overhead_s"}
 

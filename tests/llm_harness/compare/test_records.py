@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from llm_harness.compare.records import MANIFEST, RecordError, read_manifest, rebuild_manifest
-from llm_harness.compare.runner import CompareConfig, _done, plan_jobs, restore_record, run, save_record
+from llm_harness.compare.jobs import CompareConfig, plan_jobs
+from llm_harness.compare.jobs import is_done as _done
+from llm_harness.compare.records import restore_record, save_record
+from llm_harness.compare.runner import run
 from vsr.cli import main
 
 from test_compare import _fake_run  # noqa: E402 - the same fake runs as the report tests
@@ -94,17 +97,26 @@ def test_a_damaged_file_is_named_instead_of_a_traceback(tmp_path, capsys, damage
 
 
 def test_the_committed_records_pass_their_manifests():
-    """Every committed suite's records match the checksums and row counts its manifest lists."""
-    from llm_harness.compare.records import manifest_entry
+    """Every committed suite's records match the checksums and row counts its manifest lists; every entry that
+    points at a sibling suite's record (records module doc, "Pointers") leads into a suite it shares records with,
+    to files with the entry's checksums."""
+    from llm_harness.compare.records import follow_pointer, is_pointer, manifest_entry
+    from llm_harness.compare.suite import SUITES
 
     roots = sorted((Path(__file__).resolve().parents[3] / "figures").glob("compare_*/records"))
     assert roots
     for root in roots:
         listed = read_manifest(root)
+        copies = sorted(k for k, e in listed.items() if not is_pointer(e))
         found = sorted(str(d.parent.relative_to(root)) for d in root.glob("*/*/seed*/done.json"))
-        assert sorted(listed) == found, root
+        assert copies == found, root
         for key in found[:: max(1, len(found) // 20)]:  # a sample: the full check is the restore itself
             assert manifest_entry(root / key) == listed[key], root / key
+        siblings = {f"compare_{s}" for s in SUITES[root.parent.name.removeprefix("compare_")].shares_records_with}
+        for key, entry in listed.items():
+            if is_pointer(entry):
+                suite_dir = follow_pointer(root, key, entry).parents[3]  # <sibling>/records/<regime>/<method>/seed<k>
+                assert suite_dir.name in siblings and suite_dir.parent == root.parent.parent, (root, key, entry["in"])
 
 
 def test_rebuild_manifest_lists_every_record(tmp_path):

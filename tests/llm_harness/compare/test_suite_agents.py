@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_harness.compare.runner import CompareConfig, plan_jobs
+from llm_harness.compare.jobs import CompareConfig, plan_jobs
 from llm_harness.compare.suite import SUITES
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
@@ -51,7 +51,7 @@ def test_the_babyai_regime_is_the_babyai_config():
 
 def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
     from llm_harness.compare.runner import _execute
-    from llm_harness.compare.suites_agents import agent_summary, format_agent_summary
+    from llm_harness.compare.sections.agents import agent_summary, format_agent_summary
 
     tiny = {"steps": 2, "task": {"params": {"n_train": 16}},  # building 5000 training rooms costs ~30 s per job
             "rollout": {"prompts_per_step": 3, "group_size": 2}, "agent": {"max_turns": 4},
@@ -89,15 +89,16 @@ def test_two_update_smoke_run_logs_the_episode_accounting(tmp_path):
     text = format_agent_summary(agent_summary(jobs))
     assert "| static_reset | 1 |" in text and "new actions / update" in text
     # the suite's report carries it as a section
-    from llm_harness.compare.report import SECTIONS
+    from llm_harness.compare.sections import load_sections
     from llm_harness.compare.suite import SUITES
+
+    SECTIONS = load_sections()
 
     assert "agent_accounting" in SUITES["agents"].sections
     lines = SECTIONS.lookup("agent_accounting", "report section")(None, jobs, {}, SUITES["agents"], tmp_path)
     assert "\n".join(lines).strip() == text.strip()
     # ... and the reverse-curriculum section (replayed α per window, success-mixed fresh groups), led by
     # the suite's first VSR arm
-    import llm_harness.compare.sections  # noqa: F401  (registers the built-in sections, as write_report does)
 
     assert "curriculum" in SUITES["agents"].sections and SUITES["agents"].min_effect == 0.05
     cur = SECTIONS.lookup("curriculum", "report section")(CompareConfig(suite="agents", out=tmp_path, steps=2), jobs, {"sokoban": {}},

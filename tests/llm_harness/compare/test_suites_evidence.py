@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import llm_harness.compare.runs as runs
+import llm_harness.compare.sizing as sizing
 import llm_harness.compare.suites_evidence as ev
 from llm_harness.compare.report import write_report
-from llm_harness.compare.runner import CompareConfig, plan_jobs, run
-from llm_harness.compare.stats import holm
+from llm_harness.compare.jobs import CompareConfig, plan_jobs
+from llm_harness.compare.runner import run
+from llm_harness.compare.stats import holm, table_rows
 from llm_harness.compare.suite import SUITES
 from llm_harness.methods.common import plugin_config
 from llm_harness.methods.extra import parse_extra_params
@@ -101,7 +104,7 @@ def test_tables_name_suite_arms_and_table13_is_twelve_fresh_anchored_configurati
 
 @pytest.mark.parametrize("suite", tuple(s for s in REPLAY_SUITES + EXTRA_SUITES if s not in ("replay_aes", "replay_priority", "extra_gamma")))
 def test_each_suite_fits_two_hours_on_two_cores(suite):
-    assert ev.estimated_hours(suite, workers=2) <= 2.0
+    assert sizing.estimated_hours(suite, workers=2) <= 2.0
 
 
 def test_replay_priority_at_its_powered_size_fits_after_its_siblings():
@@ -109,7 +112,7 @@ def test_replay_priority_at_its_powered_size_fits_after_its_siblings():
     of the records at the median (benchmarks/suite_cost.py); after replay_tau and replay_ratio (GRPO and ``abs`` are
     theirs) under an hour."""
     assert SUITES["replay_priority"].sizes["seeds"] == 23
-    assert ev.estimated_hours("replay_priority") <= 2.1 and ev.estimated_hours("replay_priority", after_siblings=True) <= 1.0
+    assert sizing.estimated_hours("replay_priority") <= 2.1 and sizing.estimated_hours("replay_priority", after_siblings=True) <= 1.0
 
 
 def test_extra_table1_suite_is_the_headline_family_and_fits_after_its_siblings():
@@ -119,9 +122,9 @@ def test_extra_table1_suite_is_the_headline_family_and_fits_after_its_siblings()
     s = SUITES["extra_main"]
     assert s.family() == ev.EXTRA_TABLES[0].arms and s.sizes["seeds"] == 27
     assert set(s.shares_records_with) == {"extra", "extra_gamma", "extra_signal"}
-    assert ev.estimated_hours("extra_main") <= 2.0
-    assert ev.estimated_hours("extra_main", after_siblings=True) < ev.estimated_hours("extra_main") / 2
-    left = {(j.method, j.seed) for j in ev.jobs_left("extra_main", after_siblings=True)}
+    assert sizing.estimated_hours("extra_main") <= 2.0
+    assert sizing.estimated_hours("extra_main", after_siblings=True) < sizing.estimated_hours("extra_main") / 2
+    left = {(j.method, j.seed) for j in sizing.jobs_left("extra_main", after_siblings=True)}
     assert left == {(m, sd) for m in ("dapo", "extra_n") for sd in range(6, 27)}
 
 
@@ -130,23 +133,23 @@ def test_table5_suite_at_its_powered_size_fits_after_table1():
     run, but ``extra_main`` (1.9 h) trains its GRPO, ExTra-R and ExTra (full) runs to seed 26, after which the γ
     arms and seed 27 are left (about 1.2 h). Naming a suite it shares nothing with is an error, not a silent 0."""
     assert SUITES["extra_gamma"].sizes["seeds"] == 28
-    alone, after_main = ev.estimated_hours("extra_gamma"), ev.estimated_hours("extra_gamma", after_siblings=("extra_main",))
+    alone, after_main = sizing.estimated_hours("extra_gamma"), sizing.estimated_hours("extra_gamma", after_siblings=("extra_main",))
     assert alone > 2.0 and after_main <= 1.5
-    assert ev.estimated_hours("extra_gamma", after_siblings=True) <= after_main
-    assert ev.estimated_hours("extra_gamma", after_siblings="extra_main") == after_main
-    left = {(j.method, j.seed) for j in ev.jobs_left("extra_gamma", after_siblings=("extra_main",))}
+    assert sizing.estimated_hours("extra_gamma", after_siblings=True) <= after_main
+    assert sizing.estimated_hours("extra_gamma", after_siblings="extra_main") == after_main
+    left = {(j.method, j.seed) for j in sizing.jobs_left("extra_gamma", after_siblings=("extra_main",))}
     assert left == ({(m, sd) for m in ("gamma0.5", "gamma2", "gamma5") for sd in range(28)}
                     | {(m, 27) for m in ("grpo", "extra_r", "extra_full", "base")})
     with pytest.raises(ValueError, match="shares no records with"):
-        ev.estimated_hours("extra_gamma", after_siblings=("replay_tau",))
+        sizing.estimated_hours("extra_gamma", after_siblings=("replay_tau",))
 
 
 def test_table13_suite_fits_two_hours_after_the_per_table_suites():
     """``replay_aes`` (13 arms x 27 seeds) after its siblings trains the two uniform-rollout τ arms, the seeds of the
     τ and priority arms beyond their suites' 22 / 23 and seed 26 of ``replay_ratio``'s arms and the base."""
     assert SUITES["replay_aes"].sizes["seeds"] == 27
-    assert ev.estimated_hours("replay_aes", after_siblings=True) <= 2.0
-    left = {(j.method, j.seed) for j in ev.jobs_left("replay_aes", after_siblings=("replay_tau", "replay_priority", "replay_ratio"))}
+    assert sizing.estimated_hours("replay_aes", after_siblings=True) <= 2.0
+    left = {(j.method, j.seed) for j in sizing.jobs_left("replay_aes", after_siblings=("replay_tau", "replay_priority", "replay_ratio"))}
     assert left == ({(m, s) for m in ("uniform_rollout_tau1", "uniform_rollout_tau30") for s in range(27)}
                     | {(m, s) for m in ("abs_tau1", "abs_tau30", "abs_tau60") for s in range(22, 27)}
                     | {(m, s) for m in ("uniform_query", "uniform_rollout", "sigma_query", "sigma_rollout") for s in range(23, 27)}
@@ -208,8 +211,8 @@ def test_replay_tables_holm_within_each_table_and_the_aes_ranking(tmp_path):
     text = write_report(cfg, jobs).read_text()
     assert "### Replay Table 2: age-eviction horizon" in text and "### Replay Table 9" not in text
     # Table 2 is its own family: 3 of its arms ran, so the smallest Holm-adjusted p is 3x its raw p
-    finals = ev._finals(jobs, "recurring", 8)
-    rows = ev.table_rows(finals, ev.REPLAY_TABLES[1].arms, "grpo", "val_avg_at_8")
+    finals = runs.final_evals(jobs, "recurring", 8)
+    rows = table_rows(finals, ev.REPLAY_TABLES[1].arms, "grpo", "val_avg_at_8")
     assert [r["arm"] for r in rows] == ["abs_tau1", "abs", "abs_tau60"]
     ps = [r["p"] for r in rows]
     assert [r["p_holm"] for r in rows] == pytest.approx(holm(ps))
@@ -270,12 +273,12 @@ def test_final_eval_reads_the_last_evaluation_and_the_base_job(tmp_path):
     (d / "metrics.jsonl").write_text(json.dumps({"step": 0, "val_avg_at_8": 0.1, "x": 1}) + "\n"
                                      + json.dumps({"step": 1, "val_avg_at_8": 0.2, "val_logdet": float("nan")}) + "\n"
                                      + json.dumps({"step": 2, "loss": 0.3}) + "\n")
-    out = ev.final_eval(d, 8)
+    out = runs.final_eval(d, 8)
     assert out["val_avg_at_8"] == 0.2 and math.isnan(out["val_logdet"]) and "x" not in out
     b = tmp_path / "base"
     b.mkdir()
     (b / "done.json").write_text(json.dumps({"validation": {"val_avg_at_8": 0.3}}))
-    assert ev.final_eval(b, 8) == {"val_avg_at_8": 0.3} and ev.final_eval(b, 16) == {}
+    assert runs.final_eval(b, 8) == {"val_avg_at_8": 0.3} and runs.final_eval(b, 16) == {}
 
 
 # ----------------------------------------------------------------------------------------- smoke runs

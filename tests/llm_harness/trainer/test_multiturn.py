@@ -282,7 +282,7 @@ def test_agent_curve_writes_the_plotted_numbers(tmp_path):
     rows[-1].update(val_success=0.3, val_ci_low=0.2, val_ci_high=0.4)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_agent_run(run, tmp_path / "fig", title="t", base={"success": 0.2, "ci_low": 0.1, "ci_high": 0.3})
-    assert png.is_file() and (tmp_path / "fig" / "curve.pdf").is_file()
+    assert png.name == "curve.png" and png.is_file() and not (tmp_path / "fig" / "curve.pdf").exists()
     table = list(csv.DictReader((tmp_path / "fig" / "curve.csv").open()))
     assert [int(t["update"]) for t in table] == [0, 1, 2, 3]
     assert float(table[0]["val_success"]) == 0.2 and float(table[3]["val_success"]) == 0.3

@@ -116,7 +116,7 @@ def test_training_curve_figure_quick(tmp_path):
     from llm_harness.trainer.figures import make_training_curve_figure
 
     png = make_training_curve_figure(tmp_path, quick=True)
-    assert png.is_file() and (tmp_path / "training_curve.pdf").is_file()
+    assert png.name == "training_curve.png" and png.is_file() and not (tmp_path / "training_curve.pdf").exists()
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
 
 
