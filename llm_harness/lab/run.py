@@ -431,14 +431,17 @@ def _num(x: float | None, spec: str = ".2f") -> str:
     return "n/a" if x is None else f"{x:{spec}}"
 
 
+_PLURAL = {"prompt": "prompts", "prefix": "prefixes"}
+
+
 def _dup_text(d: dict[str, Any]) -> str:
-    parts = [f"{kind}s {100 * v['success']:.1f} % / {100 * v['failure']:.1f} %" for kind, v in d.items()]
+    parts = [f"{_PLURAL.get(kind, kind)} {100 * v['success']:.1f} % / {100 * v['failure']:.1f} %" for kind, v in d.items()]
     return (" Pairs of samples that are the same continuation (successes / failures): " + ", ".join(parts) + "."
             if parts else "")
 
 
 def _b3_check(b: dict[str, Any]) -> str:
-    parts = [f"{kind}s {b[kind + '_ratio']:.2f} ({b[kind + '_success_n']} successes measured)"
+    parts = [f"{_PLURAL[kind]} {b[kind + '_ratio']:.2f} ({b[kind + '_success_n']} successes measured)"
              for kind in ("prompt", "prefix") if b.get(kind + "_ratio") is not None]
     return (" Assumption B.3 check, ‖∇ log π‖² of successes over failures: " + ", ".join(parts) + " (1 under B.3)."
             if parts else "")
@@ -449,7 +452,7 @@ def render_report(s: dict[str, Any]) -> str:
     c, p = s["config"], s["probe"]
     lines = [
         "# Allocation lab: predicted vs realised gradient signal per generated token", "",
-        f"Model `{c['model'] or '(training config)'}`, training config `{c['train_config']}`, {p['prompts']} prompts and "
+        f"Model `{c['model'] or 'as in the training config'}`, training config `{c['train_config']}`, {p['prompts']} prompts and "
         f"{p['prefix_states']} prefix states (α {', '.join(f'{a:g}' for a in c['alphas'])}); mini-batches of "
         f"{c['groups']} groups × {c['group_size']}, {c['batches']} per allocation, {c['blocks']} jackknife blocks "
         f"(95 % t intervals); references from {c['reference_batches']} batches; seed {c['seed']}; "
