@@ -127,10 +127,13 @@ def test_vsr_regime_plans_runs_on_its_pool_and_the_pool_bytes_enter_the_fingerpr
     for j in jobs:
         tc = from_dict(TrainConfig, j.mapping)
         check_registries(tc)
-        assert tc.task.pool == str(cfg.pool_path) and tc.validation.k == 16 and tc.validation.temperature == 0.7
-        assert tc.validation.top_p == 0.9 and not tc.algo.filter_zero_variance and tc.algo.mini_batches == 2
-        if "vsr" in tc.plugins:
-            assert tc.plugins["vsr"]["cold_start"] is True
+        assert tc.task.pool == str(cfg.pool_path) and tc.validation.k == 8 and tc.validation.n_problems == 500
+        assert tc.validation.temperature == 0.7 and tc.validation.top_p == 0.9
+        assert not tc.algo.filter_zero_variance and tc.algo.mini_batches == 2
+        if "vsr" in tc.plugins:  # every VSR arm starts from the pool's expert solutions but the policy-only one
+            assert tc.plugins["vsr"]["cold_start"] is (j.method != "vsr_policy")
+        if j.method == "sft_pool":  # the SFT control trains on as many samples per update as GRPO
+            assert tc.algo.collector == "expert" and tc.rollout.prompts_per_step * tc.rollout.group_size == 64
     j = next(j for j in jobs if j.method == "vsr")
     before = j.fingerprint
     cfg.pool_path.parent.mkdir(parents=True)
@@ -138,7 +141,7 @@ def test_vsr_regime_plans_runs_on_its_pool_and_the_pool_bytes_enter_the_fingerpr
     with_pool = j.fingerprint
     cfg.pool_path.write_text('{"ids": ["b"]}')
     assert len({before, with_pool, j.fingerprint}) == 3
-    assert CompareConfig(suite="vsr_regime").sizes["eval_k"] == 16 and CompareConfig(suite="vsr_regime", eval_k=4).sizes["eval_k"] == 4
+    assert CompareConfig(suite="vsr_regime").sizes["eval_k"] == 8 and CompareConfig(suite="vsr_regime", eval_k=4).sizes["eval_k"] == 4
     assert CompareConfig(suite="vsr_regime").report_dir == Path("figures/compare_vsr_regime")
 
 
