@@ -21,7 +21,7 @@ for b in "${BEDS[@]}"; do
   case "$b" in
     low)  # the sparse regime: 128 hard prompts (at most one success in 16), p ≈ 0.04
       run low .venv/bin/python --train-config configs/regime_grpo.yaml --pool figures/compare_vsr_regime/pool.json \
-        --prompts 128 --batches 64 ;;
+        --prompts 128 --batches 64 --replay-ages 1 2 4 8 ;;
     mid)  # the normal split: the first 128 training problems of step arithmetic, p ≈ 0.4
       run mid .venv/bin/python --train-config configs/testbed_grpo.yaml --prompts 128 --batches 64 ;;
     real)  # a real pretrained model: 48 ladder prompts, vLLM sampling, smaller batches (a batch costs ~10 s here)

@@ -137,6 +137,35 @@ class LabEngine:
             ((seq * mb.advantages).sum() / n).backward()  # uphill: the gradient of + Σ w A log π / n
         return self.flat_grad()
 
+    def sequence_logprobs(self, groups: Sequence[RolloutGroup]) -> list[np.ndarray]:
+        """``log π(y_i | s)`` (summed over the continuation's tokens, the gradient's temperature and top-p) of every
+        sample of every group, under the current parameters; no gradient."""
+        import torch
+
+        from llm_harness.trainer.data import build_batch
+        from llm_harness.trainer.modeling import sequence_logprobs
+
+        if not groups:
+            return []
+        ones = [replace(g, advantages=np.ones(g.size), weights=None) for g in groups]
+        batch = build_batch(ones, self.codec.pad_token_id)
+        rows = self.cfg.run.micro_batch_rows
+        idx = torch.arange(batch.size)
+        r = self.cfg.rollout
+        sums = []
+        with torch.no_grad():
+            for c in ([idx] if rows <= 0 else list(torch.split(idx, rows))):
+                mb = batch.rows(c)
+                lp, _ = sequence_logprobs(self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                                          temperature=r.temperature, top_p=r.top_p, with_entropy=False)
+                sums.append((lp * mb.loss_mask).sum(-1).to(torch.float64))
+        flat = torch.cat(sums).numpy()
+        out, i = [], 0
+        for g in groups:
+            out.append(flat[i:i + g.size].copy())
+            i += g.size
+        return out
+
     def score_sq_norms(self, group: RolloutGroup, k: int) -> list[float]:
         """``‖∇ log π(y_i | s)‖²`` of the group's first ``k`` samples (one backward pass each)."""
         import torch

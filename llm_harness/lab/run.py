@@ -14,6 +14,13 @@ Steps (each resumable: a finished step's file in ``out`` is reused when its conf
    gradient) and the wall time split into sampling and gradients (:mod:`llm_harness.lab.moments`).
 5. **report** (``report.md``, ``summary.json``, ``lab_gain.png``): predicted vs realised gain over the uniform
    allocation with intervals.
+6. **replay** (``replay.json``, only with ``replay_ages``; last, because it trains the model): rollout replay at ages
+   1…τ, its variance and its bias without and with importance weights (:mod:`llm_harness.lab.staleness`).
+
+Not measured: the one-step change of held-out *accuracy* itself. At the learning rates of the recipes (2.5e-5 to
+1e-4) one update moves held-out success by far less than the binomial noise of any affordable evaluation (a
+change of 1e-3 needs ~10^6 evaluated samples to resolve), so the lab reports the first-order change
+``⟨E g, ∇J_heldout⟩`` per unit step instead, from an independent held-out reference gradient.
 """
 
 from __future__ import annotations
@@ -77,6 +84,13 @@ class LabConfig:
     """Knobs of the allocations (VSR's ρ, the ε mixture, DAPO's round cap, ExTra's γ)."""
     out: str = "runs/lab"
     """Output folder (one writer at a time; reruns reuse finished steps)."""
+    replay_ages: tuple[int, ...] = ()
+    """Rollout replay at these ages (updates since the stored rollouts were drawn; empty: skip): the lab's last step,
+    which trains ``max(ages)`` GRPO updates from the starting parameters and compares fresh batches with batches
+    whose share ``replay_share`` of groups is replayed, without and with importance weights
+    (:mod:`llm_harness.lab.staleness`)."""
+    replay_share: float = 0.5
+    """Share of a replay batch's groups that are stored (the rest fresh): the Replay paper's ratio ``r/(1 + r)``."""
     seed: int = 0
     """Seed of every draw."""
     progress: bool = True
@@ -98,6 +112,12 @@ class LabConfig:
         for a in self.alphas:
             check_number("alphas", a, 0, 1, lo_open=True, hi_open=True)
         allocation_names(self.allocations)
+        if self.replay_ages:
+            from llm_harness.lab.staleness import check_ages
+
+            check_ages(self.replay_ages, self.replay_share, self.groups)
+            if max(self.replay_ages) > 1000:
+                raise ValueError(f"replay_ages: at most 1,000 updates, got {max(self.replay_ages)}")
 
 
 def check_memory(n_params: int, vectors: int) -> None:
@@ -294,6 +314,8 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                 records[name] = MomentRecord.from_plain(doc["moments"])
                 costs[name] = doc["cost"]
             summary = summarise(records, costs, preds, ref_norm2, probe, cfg, engine.n_params)
+            if cfg.replay_ages:  # last: it trains the model
+                summary["replay"] = _replay_step(engine, cfg, common, out)
             summary["wall_s"] = time.perf_counter() - t_start
             summary = json_safe(summary)
             write_json(out / "summary.json", summary)
@@ -302,6 +324,28 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
             return summary
         finally:
             engine.close()
+
+
+def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``replay.json`` (resumable by its fingerprint) and its rows (:mod:`llm_harness.lab.staleness`)."""
+    from llm_harness.lab.staleness import run_staleness, staleness_rows
+    from vsr.atomic import json_safe, write_json
+
+    tc = engine.cfg
+    fp = _fingerprint({**common, "replay_ages": sorted(set(cfg.replay_ages)), "replay_share": cfg.replay_share,
+                       "batches": cfg.batches, "reference_batches": cfg.reference_batches, "prompts": cfg.prompts,
+                       "algo": asdict(tc.algo), "optim": asdict(tc.optim)})
+    path = out / "replay.json"
+    doc = _load(path, fp)
+    if doc is None:
+        prompts = engine.problems[: cfg.prompts]
+        res = run_staleness(engine, prompts, ages=cfg.replay_ages, share=cfg.replay_share, groups=cfg.groups,
+                            group_size=cfg.group_size, batches=cfg.batches, blocks=cfg.blocks,
+                            reference_batches=cfg.reference_batches, seed=cfg.seed, progress=cfg.progress)
+        doc = json_safe({"format": FORMAT, "fingerprint": fp, **res})
+        write_json(path, doc)
+    return {"ages": doc["ages"], "share": doc["share"], "tau": doc["tau"], "train": doc["train"],
+            "rows": staleness_rows(doc), "costs": doc["costs"]}
 
 
 def _reference(engine: Any, ref: str, probe: ProbeResult, cfg: LabConfig, state_of: Any, held: tuple[Any, ...]) -> Any:
@@ -504,7 +548,28 @@ def render_report(s: dict[str, Any]) -> str:
             f"{per:.2f} ({cost['sampling_s'] / nb:.2f} + {cost['gradient_s'] / nb:.2f}) |")
     lines += ["", "\\* biased allocation: E g is not a multiple of ∇J; its predicted signal rests on Assumption S "
               "(the realised signal² and cosines test it).  — : ExTra's shaped advantages, no prediction.", ""]
+    if s.get("replay"):
+        lines += _replay_lines(s["replay"])
     return "\n".join(lines)
+
+
+def _replay_lines(r: dict[str, Any]) -> list[str]:
+    share = r["share"]
+    lines = [f"## Rollout replay at ages {', '.join(map(str, r['ages']))} (`llm_harness/lab/staleness.py`)", "",
+             f"After {r['tau']} GRPO updates from the starting parameters (the training config's recipe), fresh uniform "
+             f"batches against batches whose {100 * share:.0f} % of groups are rollouts stored `a` updates earlier "
+             "(no generation), without correction and with sequence importance weights (`_iw`, unbiased). Variance side: "
+             "(tr Var × generated tokens) of fresh batches over the allocation's (95 % CI). Signal scale: "
+             "⟨E g, r⟩ / ‖∇J‖² against an independent fresh reference r (1 = unbiased). Bias²: ‖E g − ∇J‖² / ‖∇J‖².", "",
+             "| allocation | variance side | signal scale | cos with ∇J | bias² / ‖∇J‖² | tr Var | tokens / batch | s (all batches) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in r["rows"]:
+        c = r["costs"].get(row["name"], {})
+        lines.append(f"| `{row['name']}` | {_fmt({'value': row['variance_side'], 'lo': row['variance_side_lo'], 'hi': row['variance_side_hi']})} "
+                     f"| {_fmt({'value': row['signal_scale'], 'lo': row['signal_scale_lo'], 'hi': row['signal_scale_hi']})} "
+                     f"| {_num(row['cos'])} | {_num(row['bias_sq_rel'])} | {_num(row['trvar'], '.3g')} | {_num(row['tokens'], '.0f')} | "
+                     + (f"{(c.get('sampling_s', 0) + c.get('gradient_s', 0)):.0f} s total |" if c else "— |"))
+    return lines + [""]
 
 
 def gain_figure(s: dict[str, Any], path: Path) -> Path | None:

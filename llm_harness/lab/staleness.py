@@ -1,0 +1,175 @@
+"""Rollout replay at ages 1…τ: the variance *and* the bias of a batch that reuses rollouts of an older policy.
+
+The Replay paper (§3, Eq. 1–2) trains on a batch of fresh rollouts plus stored rollouts of the last ``τ_max``
+updates. Reused rollouts cost no generation, so they can only raise the SNR per generated token, but they were drawn
+from an older policy: without a correction their expected gradient is not the current ``∇J``. This step of the lab
+measures both effects at one point of training.
+
+Procedure (:func:`run_staleness`), from the lab's starting parameters ``θ_0``:
+
+1. for ``k = 0 … τ − 1`` (``τ`` the largest age asked for): when some age ``a`` has ``τ − a = k``, sample a pool
+   ``P_k`` of groups on uniformly drawn prompts at ``θ_k`` and score each sample's log-probability under ``θ_k``
+   (a no-grad forward, the same computation as the gradient's); then take **one GRPO update with the training
+   config's recipe** (the trainer's own ``train_step``: its optimiser, learning rate, clipping, mini-batches);
+2. at ``θ_τ``: a large-batch reference gradient of fresh uniform batches (the current ``∇J``), the fresh uniform
+   allocation itself, and per age ``a`` two allocations whose share ``r`` of groups come from ``P_{τ−a}`` (disjoint
+   across batches, so batches stay independent) and the rest are fresh:
+   ``replay_a<a>`` (no correction: ``A_i ∇ log π_θτ(y_i)``, the stored rewards' leave-one-out advantages) and
+   ``replay_a<a>_iw`` (sequence importance weights ``exp(log π_θτ(y_i) − log π_θ(τ−a)(y_i))``: unbiased for
+   ``∇J(θ_τ)``, since the leave-one-out baseline does not depend on ``y_i``).
+
+Reported per allocation, against fresh uniform batches at ``θ_τ``: the variance side (tr Var × generated tokens,
+uniform's over the allocation's; replayed groups generate nothing), the **signal scale** ``⟨E g, r⟩ / ‖∇J‖²``
+(``r`` the independent reference; 1 for an unbiased estimator), the cosine of ``E g`` with ``r``, and the squared
+bias relative to the signal, ``‖E g − ∇J‖² / ‖∇J‖²`` (from unbiased pieces: ``‖E g‖² − 2⟨E g, r⟩ + ‖∇J‖²``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from llm_harness.lab.engine import leave_one_out_advantages
+from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ratio_interval
+
+__all__ = ["check_ages", "replay_advantages", "replay_names", "run_staleness", "staleness_rows"]
+
+
+def replay_names(ages: Sequence[int]) -> list[str]:
+    """The allocations of :func:`run_staleness` for ``ages``: ``uniform`` first, then per age without and with
+    importance weights."""
+    return ["uniform"] + [f"replay_a{a}{s}" for a in sorted(set(int(x) for x in ages)) for s in ("", "_iw")]
+
+
+def check_ages(ages: Sequence[int], share: float, groups: int) -> tuple[int, ...]:
+    """Validated ages (positive integers, sorted, distinct) and a replay share that leaves both parts non-empty."""
+    out = tuple(sorted({int(a) for a in ages}))
+    if any(a < 1 or a != x for a, x in zip(out, sorted(set(ages)))) or not out:
+        raise ValueError(f"replay_ages: positive integers expected, got {list(ages)}")
+    k = int(round(share * groups))
+    if not 0 < k < groups:
+        raise ValueError(f"replay_share: {share} x {groups} groups leaves {k} replayed groups; need 1 .. {groups - 1}")
+    return out
+
+
+def replay_advantages(rewards: Any, logp_now: Any = None, logp_then: Any = None) -> np.ndarray:
+    """The per-sample coefficient of ``∇ log π_now(y_i)`` for a stored group: the leave-one-out advantage of its
+    rewards, times the sequence importance weight ``π_now(y_i) / π_then(y_i)`` when both log-probabilities are given
+    (then ``E_then[Σ_i coef_i ∇ log π_now(y_i)] = G ∇J(now)``: the baseline of sample ``i`` does not depend on
+    ``y_i``). The log-ratio is clipped at ±50 only to keep ``exp`` finite."""
+    a = leave_one_out_advantages(rewards)
+    if logp_now is None and logp_then is None:
+        return a
+    if logp_now is None or logp_then is None:
+        raise ValueError("replay_advantages: give both log-probabilities (importance weights) or neither")
+    now, then = np.asarray(logp_now, dtype=np.float64), np.asarray(logp_then, dtype=np.float64)
+    if now.shape != a.shape or then.shape != a.shape:
+        raise ValueError(f"replay_advantages: shapes {now.shape}, {then.shape} for {a.shape[0]} rewards")
+    return a * np.exp(np.clip(now - then, -50.0, 50.0))
+
+
+def _draw_prompts(engine: Any, prompts: Sequence[Any], rng: np.random.Generator, k: int, G: int) -> list[Any]:
+    idx = rng.choice(len(prompts), size=k, replace=True)
+    return [engine.prompt_state(prompts[int(i)], G) for i in idx]
+
+
+def _tokens(groups: Sequence[Any]) -> float:
+    return float(sum(len(ids) for g in groups for ids in g.response_ids))
+
+
+def _sample_pool(engine: Any, prompts: Sequence[Any], n_groups: int, G: int, seed: int) -> list[tuple[Any, np.ndarray]]:
+    """``n_groups`` groups on uniformly drawn prompts at the current parameters, each with its samples' log π."""
+    from vsr.seeding import derive_seed
+
+    rng = np.random.default_rng(derive_seed(seed, "pool"))
+    groups = engine.sample(_draw_prompts(engine, prompts, rng, n_groups, G), seed=derive_seed(seed, "sample"), group_size=G)
+    lps = engine.sequence_logprobs(groups)
+    return list(zip(groups, lps))
+
+
+def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], share: float, groups: int, group_size: int,
+                  batches: int, blocks: int, reference_batches: int, seed: int, progress: bool = False
+                  ) -> dict[str, Any]:
+    """The procedure of the module doc; **moves the engine's model** (τ training steps). Returns plain data:
+    ``records`` (name → :class:`MomentRecord` plain), ``costs``, ``train`` (the steps' metrics), ``reference``."""
+    from tqdm.auto import tqdm
+
+    from vsr.seeding import derive_seed
+
+    ages = check_ages(ages, share, groups)
+    tau = max(ages)
+    k_rep = int(round(share * groups))
+    pools: dict[int, list[tuple[Any, np.ndarray]]] = {}
+    train: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    for k in tqdm(range(tau), desc="replay: pools and updates", disable=not progress, unit="update"):
+        if any(tau - a == k for a in ages):
+            pools[k] = _sample_pool(engine, prompts, batches * k_rep, group_size, derive_seed(seed, "replay", "pool", k))
+        m = engine.trainer.train_step()
+        train.append({key: float(v) for key, v in m.items() if isinstance(v, (int, float)) and key in
+                      ("step", "loss", "grad_norm", "reward_mean", "gen_new_tokens", "time_step_s")})
+    engine.model.eval()
+    t_pools = time.perf_counter() - t0
+
+    def fresh(rng: np.random.Generator, k: int, s: int) -> list[Any]:
+        return engine.sample(_draw_prompts(engine, prompts, rng, k, group_size), seed=s, group_size=group_size)
+
+    def realise(name: str, n_batches: int, refs: dict[str, Any]) -> tuple[MomentRecord, dict[str, float], Any]:
+        acc = BlockMoments(engine.n_params, blocks=blocks, references=refs)
+        rng = np.random.default_rng(derive_seed(seed, "replay", name, "prompts"))
+        age = None if name in ("uniform", "reference") else int(name[len("replay_a"):].split("_")[0])
+        iw = name.endswith("_iw")
+        t_s = t_g = 0.0
+        for n in tqdm(range(n_batches), desc=f"replay: {name}", disable=not progress, unit="batch"):
+            t1 = time.perf_counter()
+            k_new = groups if age is None else groups - k_rep
+            new = fresh(rng, k_new, derive_seed(seed, "replay", name, n))
+            gs, advs = list(new), [leave_one_out_advantages(g.rewards) for g in new]
+            if age is not None:
+                stored = pools[tau - age][n * k_rep:(n + 1) * k_rep]  # disjoint across batches
+                now = engine.sequence_logprobs([g for g, _ in stored]) if iw else None
+                for j, (g, lp_old) in enumerate(stored):
+                    gs.append(g)
+                    advs.append(replay_advantages(g.rewards, now[j], lp_old) if iw else replay_advantages(g.rewards))
+            t2 = time.perf_counter()
+            grad = engine.gradient(gs, [1.0] * len(gs), advantages=advs, normaliser=sum(g.size for g in gs))
+            t_g += time.perf_counter() - t2
+            t_s += t2 - t1
+            acc.add(grad, tokens=_tokens(new))
+        return acc.record(), {"sampling_s": t_s, "gradient_s": t_g}, acc.mean()
+
+    ref_rec, ref_cost, ref_mean = realise("reference", reference_batches, {})
+    records, costs = {}, {}
+    for name in replay_names(ages):
+        rec, cost, _ = realise(name, batches, {"pool": ref_mean})
+        records[name] = rec.to_plain()
+        costs[name] = cost
+    return {"ages": list(ages), "share": share, "tau": tau, "records": records, "costs": costs, "train": train,
+            "reference": {"moments": ref_rec.to_plain(), "cost": ref_cost}, "pools_and_updates_s": t_pools}
+
+
+def staleness_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per allocation of a :func:`run_staleness` result: variance side, signal scale, cosine and squared bias
+    relative to the signal, with intervals where the jackknife gives them (module doc)."""
+    ref = MomentRecord.from_plain(doc["reference"]["moments"])
+    j2 = estimate(ref, "mean_sq").value  # ‖∇J‖², unbiased
+    ctx = {"pool_norm2": j2}
+    recs = {k: MomentRecord.from_plain(v) for k, v in doc["records"].items()}
+    base = recs["uniform"]
+    out = []
+    for name, rec in recs.items():
+        tv = log_ratio_interval(base, rec, "trvar")  # uniform's tr Var over the allocation's
+        tok = estimate(base, "tokens").value / max(estimate(rec, "tokens").value, 1e-12)
+        dot = estimate(rec, "dot:pool")
+        m2 = estimate(rec, "mean_sq").value
+        bias2 = (m2 - 2.0 * dot.value + j2) / j2 if j2 > 0 else math.nan
+        scale = lambda x: x / j2 if j2 > 0 and math.isfinite(x) else math.nan  # noqa: E731
+        out.append({"name": name, "variance_side": tv.value * tok, "variance_side_lo": tv.lo * tok,
+                    "variance_side_hi": tv.hi * tok, "signal_scale": scale(dot.value), "signal_scale_lo": scale(dot.lo),
+                    "signal_scale_hi": scale(dot.hi), "cos": estimate(rec, "cos:pool", ctx).value,
+                    "bias_sq_rel": bias2, "tokens": estimate(rec, "tokens").value,
+                    "trvar": estimate(rec, "trvar").value})
+    return out
