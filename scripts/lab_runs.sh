@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The allocation lab's committed runs (issue 38): figures/lab/<bed>/ for the test bed's `low` checkpoint on the VSR
 # pool, the `mid` checkpoint on the normal split, and SmolLM2-135M-Instruct on the arithmetic ladder (vLLM on the CPU).
-# Usage: scripts/lab_runs.sh [low|mid|real ...]   (default: all three, in that order)
+# Usage: scripts/lab_runs.sh [low|mid|replay|real ...]   (default: low mid real, in that order)
 # Resumable: rerun the same command and every finished step (probe, references, allocations) is kept.
 # Needs `make install`; `real` also needs `make real-model` and `make vllm-test` (builds .venv-vllm).
 set -euo pipefail
@@ -24,12 +24,16 @@ for b in "${BEDS[@]}"; do
         --prompts 128 --batches 64 --replay-ages 1 2 4 8 ;;
     mid)  # the normal split: the first 128 training problems of step arithmetic, p ≈ 0.4
       run mid .venv/bin/python --train-config configs/testbed_grpo.yaml --prompts 128 --batches 64 ;;
+    replay)  # the Replay suites' setting: the mid checkpoint on their 64-prompt pool, GRPO at lr 1e-4; replay ages up to
+      # the paper's default tau_max 10 (only the uniform allocation besides the replay step)
+      run replay .venv/bin/python --train-config configs/replay_grpo.yaml --pool figures/compare_replay_tau/pool.json \
+        --prompts 64 --batches 64 --allocations uniform --replay-ages 1 2 5 10 ;;
     real)  # a real pretrained model: 48 ladder prompts, vLLM sampling, smaller batches (a batch costs ~10 s here)
       run real .venv-vllm/bin/python --train-config configs/real_smollm2_vsr_grpo.yaml --backend vllm \
         --model "$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)" \
         --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 8 --blocks 8 \
         --reference-batches 24 --heldout 48 \
         --allocations uniform prompt_neyman vsr_calibrated prefix_oracle ;;
-    *) echo "unknown test bed '$b' (choose from: low mid real)" >&2; exit 2 ;;
+    *) echo "unknown test bed '$b' (choose from: low mid replay real)" >&2; exit 2 ;;
   esac
 done
