@@ -560,7 +560,11 @@ def _replay_lines(r: dict[str, Any]) -> list[str]:
              f"batches against batches whose {100 * share:.0f} % of groups are rollouts stored `a` updates earlier "
              "(no generation), without correction and with sequence importance weights (`_iw`, unbiased). Variance side: "
              "(tr Var × generated tokens) of fresh batches over the allocation's (95 % CI). Signal scale: "
-             "⟨E g, r⟩ / ‖∇J‖² against an independent fresh reference r (1 = unbiased). Bias²: ‖E g − ∇J‖² / ‖∇J‖².", "",
+             "⟨E g, r⟩ over fresh batches' ⟨E g, r⟩, r an independent fresh reference (1 = unbiased). Bias²: "
+             "‖E g − ∇J‖² / ‖∇J‖², a ratio of noisy terms: ‖∇J‖² is "
+             + (_fmt({"value": r["rows"][0].get("grad_j_sq"), "lo": r["rows"][0].get("grad_j_sq_lo"),
+                      "hi": r["rows"][0].get("grad_j_sq_hi")}, ".3g") if r["rows"] else "n/a")
+             + " here (resolved only if its interval excludes 0).", "",
              "| allocation | variance side | signal scale | cos with ∇J | bias² / ‖∇J‖² | tr Var | tokens / batch | s (all batches) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["rows"]:

@@ -152,24 +152,35 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
 
 
 def staleness_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per allocation of a :func:`run_staleness` result: variance side, signal scale, cosine and squared bias
-    relative to the signal, with intervals where the jackknife gives them (module doc)."""
+    """Per allocation of a :func:`run_staleness` result: the variance side and the signal scale relative to fresh
+    uniform batches (intervals from the jackknife of the logs), the cosine with the reference, and the squared bias
+    relative to the signal (module doc)."""
     ref = MomentRecord.from_plain(doc["reference"]["moments"])
-    j2 = estimate(ref, "mean_sq").value  # ‖∇J‖², unbiased
-    ctx = {"pool_norm2": j2}
+    j2 = estimate(ref, "mean_sq")  # ‖∇J‖², unbiased (noisy where the gradient is not resolved: reported beside)
+    ctx = {"pool_norm2": j2.value}
     recs = {k: MomentRecord.from_plain(v) for k, v in doc["records"].items()}
     base = recs["uniform"]
+    base_tokens = estimate(base, "tokens").value
     out = []
     for name, rec in recs.items():
-        tv = log_ratio_interval(base, rec, "trvar")  # uniform's tr Var over the allocation's
-        tok = estimate(base, "tokens").value / max(estimate(rec, "tokens").value, 1e-12)
-        dot = estimate(rec, "dot:pool")
+        tokens = estimate(rec, "tokens").value
+        if name == "uniform":  # the yardstick itself: 1 by definition
+            tv = sc = None
+        else:
+            tv = log_ratio_interval(base, rec, "trvar")  # uniform's tr Var over the allocation's
+            # ⟨E g, r⟩ over uniform's ⟨E g, r⟩ with the same r: 1 for an unbiased allocation whatever r's own noise
+            sc = log_ratio_interval(rec, base, "dot:pool")
+        tok = base_tokens / max(tokens, 1e-12)
+        dot = estimate(rec, "dot:pool").value
         m2 = estimate(rec, "mean_sq").value
-        bias2 = (m2 - 2.0 * dot.value + j2) / j2 if j2 > 0 else math.nan
-        scale = lambda x: x / j2 if j2 > 0 and math.isfinite(x) else math.nan  # noqa: E731
-        out.append({"name": name, "variance_side": tv.value * tok, "variance_side_lo": tv.lo * tok,
-                    "variance_side_hi": tv.hi * tok, "signal_scale": scale(dot.value), "signal_scale_lo": scale(dot.lo),
-                    "signal_scale_hi": scale(dot.hi), "cos": estimate(rec, "cos:pool", ctx).value,
-                    "bias_sq_rel": bias2, "tokens": estimate(rec, "tokens").value,
-                    "trvar": estimate(rec, "trvar").value})
+        bias2 = (m2 - 2.0 * dot + j2.value) / j2.value if j2.value > 0 else math.nan
+        out.append({"name": name,
+                    "variance_side": 1.0 if tv is None else tv.value * tok,
+                    "variance_side_lo": None if tv is None else tv.lo * tok,
+                    "variance_side_hi": None if tv is None else tv.hi * tok,
+                    "signal_scale": 1.0 if sc is None else sc.value,
+                    "signal_scale_lo": None if sc is None else sc.lo, "signal_scale_hi": None if sc is None else sc.hi,
+                    "cos": estimate(rec, "cos:pool", ctx).value, "bias_sq_rel": bias2, "tokens": tokens,
+                    "trvar": estimate(rec, "trvar").value, "grad_j_sq": j2.value, "grad_j_sq_lo": j2.lo,
+                    "grad_j_sq_hi": j2.hi})
     return out

@@ -111,7 +111,7 @@ def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
     doc = json.loads((out / "replay.json").read_text())
     assert doc["tau"] == 2 and len(doc["train"]) == 2 and sorted(doc["records"]) == sorted(replay_names((1, 2)))
     rows = {r["name"]: r for r in s["replay"]["rows"]}
-    assert set(rows) == set(replay_names((1, 2)))
+    assert set(rows) == set(replay_names((1, 2))) and rows["uniform"]["signal_scale"] == 1.0 == rows["uniform"]["variance_side"]
     # replayed groups generate nothing: the replay batches generate about half of uniform's tokens
     assert rows["replay_a1"]["tokens"] < rows["uniform"]["tokens"]
     report = (out / "report.md").read_text()
