@@ -1,9 +1,9 @@
-"""Check the evidence suites' cost model (:data:`llm_harness.compare.suites_evidence.COST`) against the committed records.
+"""Check the evidence suites' cost model (:data:`llm_harness.compare.sizing.COST`) against the committed records.
 
 For every (paper, regime, arm) with records under ``figures/compare_*/records`` (a run shared by sibling suites
 counted once) it prints the median measured wall seconds of a run (``done.json['wall_s']``, timed inside the worker,
 after its imports), the median per-update step time and evaluation time per sequence from the run's metrics, and
-:func:`~llm_harness.compare.suites_evidence.job_seconds`' prediction for the same config (which includes
+:func:`~llm_harness.compare.sizing.job_seconds`' prediction for the same config (which includes
 ``startup_s``, so the part of startup outside the worker is not checked here; base jobs have no metrics and are not
 checked either)::
 

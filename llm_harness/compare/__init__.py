@@ -4,14 +4,16 @@ Layers, each importing only those above it in this list:
 
 * :mod:`.suite` — the data types (methods, regimes, pools, paper tables, suites), the registry, the VSR suites;
   :mod:`.suites_evidence` and :mod:`.suites_agents` — the Replay, ExTra and agent suites (definitions only);
-* :mod:`.stats` — paired contrasts, Holm, power, seed intervals, paper-table rows (numbers in, numbers out);
+* :mod:`.executors` — where jobs run (a process pool, Ray); :mod:`.stats` — seed intervals and paper-table rows over
+  :mod:`theory.metrics.paired` (paired contrasts, Holm, power);
 * :mod:`.runs` — the one reader of finished runs (metric rows, final evaluations, the per-seed summary);
 * :mod:`.render` — formatting, CSV, forest plots, the suite's final and curve figures;
-* :mod:`.records` — a finished run's record (checksums, verification);
+* :mod:`.jobs` — the options, one job, the plan of a suite's jobs, whether a run folder finishes a job;
+* :mod:`.records` — a finished run's record (save, restore, pointers to siblings' records, checks);
 * :mod:`.sizing` — the cost model of a suite's wall time (per-plug-in factors from a registry);
 * :mod:`.sections` — the report sections, one registry, one module per paper family;
 * :mod:`.report` — report assembly (``report.md``, ``summary.json``, figures);
-* :mod:`.executors` and :mod:`.runner` — ``run(CompareConfig)``: plans the jobs, restores records, trains what is
+* :mod:`.runner` — ``run(CompareConfig)``: plans the jobs, restores records, trains what is
   missing in worker processes (resumable), then writes the report.
 
 ``tests/test_imports.py`` holds the order.

@@ -139,7 +139,11 @@ def follow_pointer(root: str | Path, key: str, entry: dict[str, Any]) -> Path:
     if stray:
         raise RecordError(f"{stray[0]}: a file beside the entry of {root / MANIFEST} that points at "
                           f"{entry.get(POINTER)!r} for {key} (a copy added by hand?); delete one of them")
-    rec = _pointer_root(root, entry) / key
+    sib = _pointer_root(root, entry)
+    if not sib.is_dir():
+        raise RecordError(f"{root / MANIFEST}: its entry for {key} points at {sib}, which does not exist (the sibling "
+                          "suite's records folder must sit beside this one; a fresh clone has it)")
+    rec = sib / key
     for name in _FILES:
         want, path = entry.get(name), rec / name
         if want is None and path.is_file():

@@ -3,7 +3,7 @@
 For every (regime, method) the seeds' final held-out avg@1 (the mean over the ``k`` samples) and
 pass@k are summarised by their mean and a 95% Student-t interval over seeds; the difference to the
 reference method (GRPO) is taken seed by seed (same seed → same prompts order and evaluation
-seed) as a paired t-test (:mod:`.stats`), Holm-adjusted over the suite's contrast family, with the
+seed) as a paired t-test (:mod:`theory.metrics.paired`), Holm-adjusted over the suite's contrast family, with the
 power the seed count had against the suite's ``min_effect`` at the measured spread. The verdict is
 "better"/"worse" when the Holm-adjusted p is below 0.05. Per-update means come from the training
 metrics: new generated tokens (plug-in Monte-Carlo tokens included), prompt instances, mixed-group

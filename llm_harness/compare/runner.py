@@ -122,7 +122,7 @@ def _run_locked(cfg: CompareConfig) -> int:
 
     from llm_harness.compare.report import write_report
 
-    kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.pool_section)
+    kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.common.pool_section)
     if cfg.records and not kept_pool.is_file():  # a new suite's first part: a sibling's kept pool (same bytes, or reselected)
         kept_pool = next((r.parent / "pool.json" for r in cfg.shared_records_roots if (r.parent / "pool.json").is_file()),
                          kept_pool)

@@ -119,7 +119,7 @@ class Suite:
     min_effect: float = 0.02
     """The difference (absolute, avg@1) the suite is sized to detect; the report gives its power."""
     sections: tuple[str, ...] = ()
-    """Extra report sections (``llm_harness.compare.report.SECTIONS``)."""
+    """Extra report sections (``llm_harness.compare.sections.SECTIONS``)."""
     ablations: tuple[tuple[str, str], ...] = ()
     """``(method, ablation)`` pairs contrasted with each other, paired by seed, with their own Holm family per
     regime (section ``ablations``): does the component the ablation removes matter?"""

@@ -2,7 +2,8 @@
 
 Built on the trainer (:func:`llm_harness.trainer.entry.build_trainer`), so the lab runs any model, backend
 (HF, vLLM) and task a training config names, with the trainer's prompt rendering, verification and
-log-probabilities. Nothing is trained and nothing is written to the config's run folder.
+log-probabilities. Nothing is trained (the replay step of :mod:`llm_harness.lab.staleness` excepted, through the
+trainer's own ``train_step``, with the config's plug-ins left out and its run folder inside the lab's).
 
 The gradient of a mini-batch of groups is the estimator of :mod:`llm_harness.lab.predict`:
 ``g = (1/n) Σ_i w_i A_i ∇ log π(y_i | s_i)`` over its ``n`` kept samples, ``A_i`` the leave-one-out advantage
@@ -149,12 +150,12 @@ class LabEngine:
             return []
         ones = [replace(g, advantages=np.ones(g.size), weights=None) for g in groups]
         batch = build_batch(ones, self.codec.pad_token_id)
-        rows = self.cfg.run.micro_batch_rows
+        rows = self.cfg.run.micro_batch_rows if self.cfg.run.micro_batch_rows > 0 else 64  # a pool is thousands of rows
         idx = torch.arange(batch.size)
         r = self.cfg.rollout
         sums = []
         with torch.no_grad():
-            for c in ([idx] if rows <= 0 else list(torch.split(idx, rows))):
+            for c in torch.split(idx, rows):
                 mb = batch.rows(c)
                 lp, _ = sequence_logprobs(self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
                                           temperature=r.temperature, top_p=r.top_p, with_entropy=False)

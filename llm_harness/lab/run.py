@@ -50,7 +50,8 @@ class LabConfig:
     """Options of ``vsr lab``."""
 
     train_config: str = "configs/regime_grpo.yaml"
-    """Training config naming the model, task, backend and rollout settings (nothing is trained)."""
+    """Training config naming the model, task, backend and rollout settings (nothing is trained, except by the
+    replay step, with this config's recipe and its plug-ins left out)."""
     model: str = ""
     """Model path or registered name; empty: the training config's."""
     backend: str = ""
@@ -137,7 +138,9 @@ def _train_cfg(cfg: LabConfig) -> Any:
     from llm_harness.trainer.config import TrainConfig
     from vsr.config_io import deep_merge, from_dict, read_mapping
 
-    over: dict[str, Any] = {"run": {"progress": False}, "rollout": {"group_size": cfg.group_size}}
+    # run_dir inside the lab's folder: the replay step's GRPO updates may write there (a non-finite loss's batch)
+    over: dict[str, Any] = {"run": {"progress": False, "run_dir": str(Path(cfg.out) / "train")},
+                            "rollout": {"group_size": cfg.group_size}}
     if cfg.model or cfg.backend:
         over["model"] = {k: v for k, v in (("path", cfg.model), ("backend", cfg.backend)) if v}
     if cfg.pool:
@@ -331,10 +334,19 @@ def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], out: Path)
     from llm_harness.lab.staleness import run_staleness, staleness_rows
     from vsr.atomic import json_safe, write_json
 
+    from llm_harness.lab.staleness import STALENESS_FORMAT
+
     tc = engine.cfg
-    fp = _fingerprint({**common, "replay_ages": sorted(set(cfg.replay_ages)), "replay_share": cfg.replay_share,
+    if tc.rollout.top_p < 1.0:  # a nucleus that moves with the policy breaks the weights' unbiasedness
+        raise ValueError(f"replay_ages: the training config samples with top_p {tc.rollout.top_p}; importance weights "
+                         "between two policies are unbiased only without nucleus truncation (top_p 1)")
+    # everything that moves theta_tau or the draws (the probe's state space does not enter)
+    keep = ("format", "model", "task", "task_params", "pool", "problems", "rollout", "seed", "groups", "group_size", "blocks")
+    fp = _fingerprint({**{k: common[k] for k in keep}, "staleness_format": STALENESS_FORMAT,
+                       "replay_ages": sorted(set(cfg.replay_ages)), "replay_share": cfg.replay_share,
                        "batches": cfg.batches, "reference_batches": cfg.reference_batches, "prompts": cfg.prompts,
-                       "algo": asdict(tc.algo), "optim": asdict(tc.optim)})
+                       "algo": asdict(tc.algo), "optim": asdict(tc.optim), "model_config": asdict(tc.model),
+                       "train_seed": tc.seed, "steps": tc.steps})
     path = out / "replay.json"
     doc = _load(path, fp)
     if doc is None:
@@ -565,13 +577,16 @@ def _replay_lines(r: dict[str, Any]) -> list[str]:
              + (_fmt({"value": r["rows"][0].get("grad_j_sq"), "lo": r["rows"][0].get("grad_j_sq_lo"),
                       "hi": r["rows"][0].get("grad_j_sq_hi")}, ".3g") if r["rows"] else "n/a")
              + " here (resolved only if its interval excludes 0).", "",
-             "| allocation | variance side | signal scale | cos with ∇J | bias² / ‖∇J‖² | tr Var | tokens / batch | s (all batches) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| allocation | variance side | signal scale | cos with ∇J | bias² / ‖∇J‖² | tr Var | tokens / batch "
+             "| mean \\|log w\\| | weights' ESS / n | s (all batches) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["rows"]:
         c = r["costs"].get(row["name"], {})
         lines.append(f"| `{row['name']}` | {_fmt({'value': row['variance_side'], 'lo': row['variance_side_lo'], 'hi': row['variance_side_hi']})} "
                      f"| {_fmt({'value': row['signal_scale'], 'lo': row['signal_scale_lo'], 'hi': row['signal_scale_hi']})} "
                      f"| {_num(row['cos'])} | {_num(row['bias_sq_rel'])} | {_num(row['trvar'], '.3g')} | {_num(row['tokens'], '.0f')} | "
+                     f"{_num(c.get('log_weight_abs_mean'), '.3f') if c.get('log_weight_abs_mean') is not None else '—'} | "
+                     f"{_num(c.get('weight_ess_frac')) if c.get('weight_ess_frac') is not None else '—'} | "
                      + (f"{(c.get('sampling_s', 0) + c.get('gradient_s', 0)):.0f} s total |" if c else "— |"))
     return lines + [""]
 

@@ -35,7 +35,10 @@ import numpy as np
 from llm_harness.lab.engine import leave_one_out_advantages
 from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ratio_interval
 
-__all__ = ["check_ages", "replay_advantages", "replay_names", "run_staleness", "staleness_rows"]
+#: the replay step's result format (part of its resume fingerprint)
+STALENESS_FORMAT = 2
+
+__all__ = ["STALENESS_FORMAT", "check_ages", "replay_advantages", "replay_names", "run_staleness", "staleness_rows"]
 
 
 def replay_names(ages: Sequence[int]) -> list[str]:
@@ -123,6 +126,7 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
         age = None if name in ("uniform", "reference") else int(name[len("replay_a"):].split("_")[0])
         iw = name.endswith("_iw")
         t_s = t_g = 0.0
+        log_w: list[np.ndarray] = []
         for n in tqdm(range(n_batches), desc=f"replay: {name}", disable=not progress, unit="batch"):
             t1 = time.perf_counter()
             k_new = groups if age is None else groups - k_rep
@@ -131,6 +135,8 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
             if age is not None:
                 stored = pools[tau - age][n * k_rep:(n + 1) * k_rep]  # disjoint across batches
                 now = engine.sequence_logprobs([g for g, _ in stored]) if iw else None
+                if iw:
+                    log_w.extend(now[j] - lp_old for j, (_, lp_old) in enumerate(stored))
                 for j, (g, lp_old) in enumerate(stored):
                     gs.append(g)
                     advs.append(replay_advantages(g.rewards, now[j], lp_old) if iw else replay_advantages(g.rewards))
@@ -139,7 +145,13 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
             t_g += time.perf_counter() - t2
             t_s += t2 - t1
             acc.add(grad, tokens=_tokens(new))
-        return acc.record(), {"sampling_s": t_s, "gradient_s": t_g}, acc.mean()
+        cost: dict[str, float] = {"sampling_s": t_s, "gradient_s": t_g}
+        if log_w:  # how far the policy moved, as the weights see it
+            lw = np.concatenate(log_w)
+            w = np.exp(np.clip(lw, -50.0, 50.0))
+            cost["log_weight_abs_mean"] = float(np.mean(np.abs(lw)))
+            cost["weight_ess_frac"] = float(w.sum() ** 2 / (w.size * float(np.sum(w * w))))  # Kish's ESS / n
+        return acc.record(), cost, acc.mean()
 
     ref_rec, ref_cost, ref_mean = realise("reference", reference_batches, {})
     records, costs = {}, {}

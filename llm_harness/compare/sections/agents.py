@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from llm_harness.compare.render import ref_name
 from llm_harness.compare.runs import mean_of, read_rows
 from llm_harness.compare.sections import register_section
 
@@ -55,7 +56,7 @@ def agent_summary(jobs: Sequence[Any], reference: str = "gigpo") -> dict[str, di
     return out
 
 
-def format_agent_summary(summary: dict[str, dict[str, dict[str, float]]]) -> str:
+def format_agent_summary(summary: dict[str, dict[str, dict[str, float]]], reference: str = "GiGPO") -> str:
     """A markdown section of :func:`agent_summary` (one table per regime)."""
     def f(x: float, nd: int = 3) -> str:
         return "-" if not np.isfinite(x) else f"{x:.{nd}f}"
@@ -67,7 +68,7 @@ def format_agent_summary(summary: dict[str, dict[str, dict[str, float]]]) -> str
              "through per-step rewards).", ""]
     for regime, methods in summary.items():
         lines += [f"### {regime}", "",
-                  "| method | seeds | new tokens / update | new actions / update | token ratio vs GiGPO | success-mixed groups: "
+                  f"| method | seeds | new tokens / update | new actions / update | token ratio vs {reference} | success-mixed groups: "
                   "initial | replayed | replayed success | median replayed α: first third | last third |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for m, r in methods.items():
@@ -85,4 +86,4 @@ def agent_accounting_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite
     done = [j for j in jobs if (Path(j.run_dir) / "metrics.jsonl").exists()]
     if not any(j.method != "base" for j in done):
         return ["## Episode accounting (agents)", "", "No finished training run yet.", ""]
-    return format_agent_summary(agent_summary(done, reference=suite.reference)).splitlines() + [""]
+    return format_agent_summary(agent_summary(done, reference=suite.reference), ref_name(suite)).splitlines() + [""]

@@ -16,7 +16,8 @@ import llm_harness.compare.suites_evidence as ev
 from llm_harness.compare.report import write_report
 from llm_harness.compare.jobs import CompareConfig, plan_jobs
 from llm_harness.compare.runner import run
-from llm_harness.compare.stats import holm, table_rows
+from llm_harness.compare.stats import table_rows
+from theory.metrics.paired import holm
 from llm_harness.compare.suite import SUITES
 from llm_harness.methods.common import plugin_config
 from llm_harness.methods.extra import parse_extra_params

@@ -98,6 +98,22 @@ def test_the_weights_use_the_samplers_log_probabilities(monkeypatch):
         engine.close()
 
 
+def test_replay_refuses_nucleus_sampling(tmp_path, monkeypatch):
+    """Importance weights between two policies need the same support: a top-p sampler is refused, naming why."""
+    monkeypatch.chdir(ROOT)
+    import yaml
+
+    from llm_harness.lab.run import LabConfig, run_lab
+
+    cfg_path = tmp_path / "nucleus.yaml"
+    cfg_path.write_text(yaml.safe_dump({"extends": str(ROOT / "configs" / "regime_grpo.yaml"), "rollout": {"top_p": 0.9}}))
+    cfg = LabConfig(train_config=str(cfg_path), pool=str(ROOT / "figures" / "compare_vsr_regime" / "pool.json"), prompts=8,
+                    probe_samples=4, score_samples=0, groups=2, group_size=4, batches=2, blocks=2, reference_batches=2,
+                    heldout=4, allocations=("uniform",), replay_ages=(1,), out=str(tmp_path / "lab"), progress=False)
+    with pytest.raises(ValueError, match="top_p 0.9"):
+        run_lab(cfg)
+
+
 def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     from llm_harness.lab.run import LabConfig, run_lab
@@ -116,6 +132,9 @@ def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
     assert rows["replay_a1"]["tokens"] < rows["uniform"]["tokens"]
     report = (out / "report.md").read_text()
     assert "Rollout replay at ages 1, 2" in report and "| `replay_a2_iw` |" in report
+    costs = doc["costs"]
+    assert "weight_ess_frac" in costs["replay_a1_iw"] and 0.0 < costs["replay_a1_iw"]["weight_ess_frac"] <= 1.0 + 1e-12
+    assert costs["replay_a1_iw"]["log_weight_abs_mean"] >= 0.0 and "weight_ess_frac" not in costs["replay_a1"]
     before = (out / "replay.json").read_text()
     run_lab(cfg)  # resumes: no training, no new draws
     assert (out / "replay.json").read_text() == before
