@@ -41,7 +41,8 @@ from llm_harness.trainer.runlog import parse_jsonl
 from vsr.atomic import atomic_path, write_json
 
 __all__ = ["MANIFEST", "POINTER", "RecordError", "dedupe", "drop_files", "follow_pointer", "is_pointer", "manifest_entry",
-           "pointer_entry", "read_manifest", "rebuild_manifest", "record_dir", "record_key", "restore_record", "save_record",
+           "pointer_entry", "read_manifest", "rebuild_manifest", "record_dir", "record_key", "report_bad_record", "restore_record",
+           "save_record",
            "update_manifest", "verify_record"]
 
 #: the manifest file in a records root
@@ -342,38 +343,47 @@ def _held_by(job: Job, done: bytes, metrics: bytes | None, records_root: Path,
     return None
 
 
-def restore_record(job: Job, records_root: Path, *, retrain: bool = True) -> bool:
+def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
+                   pointer_errors: list[RecordError] | None = None) -> bool:
     """Put a job's record back into its run folder when the job is not finished there and the record's config
     matches it (:func:`matches`) and the record passes :func:`.records.verify_record`; returns whether it did.
     A manifest entry that points at a sibling suite's record (:mod:`.records`, "Pointers") is followed, the
     sibling's files checked against this manifest's checksums first. An unfinished run in the folder is replaced.
     A damaged or mismatched record is named and left unused (the job retrains), or refused with
-    :class:`.records.RecordError` when ``retrain`` is false."""
+    :class:`.records.RecordError` when ``retrain`` is false. With ``pointer_errors`` (a list), a pointer that cannot
+    be followed is appended there instead, and ``False`` returned: the caller tries the sibling roots and reports
+    it only if none restores the job."""
     rec = record_dir(records_root, job)
     key = record_key(job)
     if is_done(job) or not ((rec / "done.json").is_file() or (Path(records_root) / MANIFEST).is_file()):
         return False
     try:
         manifest = read_manifest(records_root)
-        if is_pointer(manifest.get(key)):
-            rec = follow_pointer(records_root, key, manifest[key])
     except RecordError as e:
-        return _bad_record(e, retrain)
+        return report_bad_record(e, retrain)
+    if is_pointer(manifest.get(key)):
+        try:
+            rec = follow_pointer(records_root, key, manifest[key])
+        except RecordError as e:
+            if pointer_errors is not None:
+                pointer_errors.append(e)
+                return False
+            return report_bad_record(e, retrain)
     if not (rec / "done.json").is_file():
         return False
     try:
         info = json.loads((rec / "done.json").read_text())
     except (ValueError, UnicodeDecodeError) as e:
-        return _bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain)
+        return report_bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain)
     if not isinstance(info, dict):
-        return _bad_record(RecordError(f"{rec / 'done.json'}: not a JSON object"), retrain)
+        return report_bad_record(RecordError(f"{rec / 'done.json'}: not a JSON object"), retrain)
     if not matches(info, job, rec):
         return False
     steps = None if job.method == "base" else int(job.mapping.get("steps", 0))
     try:
         verify_record(rec, info, key=key, manifest=manifest, steps=steps)
     except RecordError as e:
-        return _bad_record(e, retrain)
+        return report_bad_record(e, retrain)
     d = Path(job.run_dir)
     if d.exists():
         shutil.rmtree(d)
@@ -386,7 +396,7 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True) -> boo
     return True
 
 
-def _bad_record(err: RecordError, retrain: bool) -> bool:
+def report_bad_record(err: RecordError, retrain: bool) -> bool:
     if not retrain:
         raise RecordError(f"{err}; refusing (--no-retrain); delete the record to retrain the job") from None
     print(f"vsr compare: record not used, the job trains again: {err}", flush=True)

@@ -33,7 +33,8 @@ from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
 from llm_harness.compare.jobs import CompareConfig, Job, is_done, plan_jobs, prepare_pool
-from llm_harness.compare.records import is_pointer, read_manifest, record_key, restore_record, save_record
+from llm_harness.compare.records import (RecordError, is_pointer, read_manifest, record_key, report_bad_record,
+                                         restore_record, save_record)
 from vsr.atomic import write_json
 
 __all__ = ["make_curriculum_figure", "run"]
@@ -137,8 +138,12 @@ def _run_locked(cfg: CompareConfig) -> int:
     restored: dict[Path, int] = {}
     own: list[Job] = []
     for j in planned if cfg.records else ():
-        root = next((r for r in (cfg.records_root, *cfg.shared_records_roots) if restore_record(j, r, retrain=cfg.retrain)),
+        broken: list[RecordError] = []  # this suite's pointer for j cannot be followed: a sibling may still restore j
+        root = next((r for r in (cfg.records_root, *cfg.shared_records_roots)
+                     if restore_record(j, r, retrain=cfg.retrain, pointer_errors=broken if r == cfg.records_root else None)),
                     None)
+        if root is None and broken:
+            report_bad_record(broken[0], cfg.retrain)
         if root is not None:
             restored[root] = restored.get(root, 0) + 1
             if root == cfg.records_root:

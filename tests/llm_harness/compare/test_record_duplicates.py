@@ -130,6 +130,20 @@ def test_a_sibling_record_replaced_since_is_named_and_not_used(tmp_path, capsys,
         restore_record(jb, b.records_root, retrain=False)
 
 
+def test_a_broken_pointer_is_left_to_the_caller_when_asked(tmp_path, capsys):
+    """The runner tries the suite's own root first: a pointer it cannot follow is handed back (no message, no
+    refusal even with --no-retrain) so that a sibling root can still restore the job; the runner reports it only
+    when none does."""
+    a, b, jb = _pointed(tmp_path)
+    shutil.rmtree(b.runs_root)
+    (a.records_root / KEY / "done.json").unlink()
+    capsys.readouterr()
+    errors: list = []
+    assert not restore_record(jb, b.records_root, retrain=False, pointer_errors=errors)
+    assert capsys.readouterr().out == "" and len(errors) == 1 and isinstance(errors[0], RecordError)
+    assert str(b.records_root / MANIFEST) in str(errors[0])
+
+
 def test_a_copy_beside_a_pointer_is_refused(tmp_path, capsys):
     a, b, jb = _pointed(tmp_path)
     shutil.rmtree(b.runs_root)
