@@ -290,7 +290,7 @@ def save_record(job: Job, records_root: Path, shared_roots: tuple[Path, ...] | l
     key = record_key(job)
     done = (src / "done.json").read_bytes()
     metrics = src / "metrics.jsonl"
-    if not (dest / "done.json").is_file() or (dest / "done.json").read_bytes() != done:
+    if not (dest / "done.json").is_file() or (dest / "done.json").read_bytes() != done or not _same_metrics(dest, metrics):
         held = _held_by(job, done, metrics.read_bytes() if metrics.is_file() else None, records_root, shared_roots)
         if held is not None:
             sib_root, entry = held
@@ -308,6 +308,18 @@ def save_record(job: Job, records_root: Path, shared_roots: tuple[Path, ...] | l
             tmp.write_bytes(done)
     update_manifest(records_root, key, manifest_entry(dest))
     return dest
+
+
+def _same_metrics(dest: Path, metrics: Path) -> bool:
+    """Whether the record's gzipped metrics hold the run's ``metrics.jsonl`` bytes (absent both: the same); a damaged
+    or edited ``.gz`` is not, so :func:`save_record` rewrites it instead of taking its checksum into the manifest."""
+    gz = dest / "metrics.jsonl.gz"
+    if not metrics.is_file():
+        return not gz.exists()
+    try:
+        return gz.is_file() and gzip.decompress(gz.read_bytes()) == metrics.read_bytes()
+    except (OSError, EOFError, zlib.error):
+        return False
 
 
 def _held_by(job: Job, done: bytes, metrics: bytes | None, records_root: Path,

@@ -200,3 +200,16 @@ def test_dedupe_refuses_records_that_do_not_match_their_manifest(tmp_path):
     with pytest.raises(RecordError, match="do not match .*manifest.json .*checksums differ"):
         dedupe([a.records_root, b])
     assert (a.records_root / KEY / "done.json").is_file()  # nothing changed
+
+
+def test_saving_again_repairs_a_damaged_gz_instead_of_taking_its_checksum(tmp_path):
+    a = _suite(tmp_path, "a")
+    ja = _job(a)
+    _fake_run(ja, 0.5, 100.0)
+    save_record(ja, a.records_root)
+    gz = a.records_root / KEY / "metrics.jsonl.gz"
+    good = gz.read_bytes()
+    gz.write_bytes(good[:-7])  # truncated after the record was saved
+    save_record(ja, a.records_root)  # the run folder is still there: saving again rewrites the damaged file
+    assert gz.read_bytes() == good
+    assert read_manifest(a.records_root)[KEY]["metrics.jsonl.gz"] == __import__("hashlib").sha256(good).hexdigest()
