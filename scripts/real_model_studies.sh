@@ -28,7 +28,7 @@ run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already 
 # takes about half an hour here (ExTra's protocol: 32 trajectories x 16 continuations per prefix, ~4 min per
 # problem on this machine); failed-prefix and sigma-validation at 40 problems of the word level (difficulty 5),
 # the runs committed first; FULL=1 runs them at 200 problems of every level instead, into <study>-full/ (~35 min
-# each).
+# each), and mte-correlation / prefix-selection at ExTra's sizes (~2 / ~2.5 h).
 declare -A ARGS=(
   [hint-ratio]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
   [mte-correlation]="--n-problems 12 --chunk-problems 2 --n-trajectories 16 --n-continuations 8"
@@ -40,6 +40,10 @@ SUFFIX=""
 if [ "${FULL:-0}" = 1 ]; then  # into <study>-full/, beside the reduced runs
   ARGS[failed-prefix]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
   ARGS[sigma-validation]="--n-problems 200 --chunk-problems 25 --n-continuations 16"
+  # ExTra's sizes: MTE correlation over ~600 prefixes of 22 problems with K = 16 continuations (ExTra §5.6, Table 4;
+  # ~2 h here); prefix selection on 3x the problems at 16 Monte-Carlo continuations (~2.5 h)
+  ARGS[mte-correlation]="--n-problems 22 --chunk-problems 2 --n-trajectories 16 --n-continuations 16"
+  ARGS[prefix-selection]="--n-problems 60 --chunk-problems 10 --max-candidates 16 --mc-continuations 16"
   SUFFIX="-full"
 fi
 STUDIES=("$@"); [ ${#STUDIES[@]} -gt 0 ] || STUDIES=(hint-ratio mte-correlation prefix-selection failed-prefix sigma-validation)
