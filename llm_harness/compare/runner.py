@@ -109,12 +109,17 @@ def _collect(cfg: CompareConfig, bar: Any) -> int:
 
 
 def run(cfg: CompareConfig) -> int:
-    """Train what is missing, then write the report; exit code 1 if a run failed. The suite's run folder is
-    locked for the whole call (:mod:`vsr.runlock`): a second ``vsr compare`` of the same suite and folder is
-    refused."""
+    """Train what is missing, then write the report; exit code 1 if a run failed. The suite's run folder and its
+    records folder are locked for the whole call (:mod:`vsr.runlock`): a second ``vsr compare`` of the same suite
+    is refused even when it names another run folder (both would rewrite the records' manifest)."""
+    from contextlib import ExitStack
+
     from vsr.runlock import locked_folder
 
-    with locked_folder(cfg.runs_root, field="out"):
+    with ExitStack() as stack:
+        stack.enter_context(locked_folder(cfg.runs_root, field="out"))
+        if cfg.records:
+            stack.enter_context(locked_folder(cfg.records_root, field="records"))
         return _run_locked(cfg)
 
 

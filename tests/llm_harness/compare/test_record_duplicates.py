@@ -213,3 +213,15 @@ def test_saving_again_repairs_a_damaged_gz_instead_of_taking_its_checksum(tmp_pa
     save_record(ja, a.records_root)  # the run folder is still there: saving again rewrites the damaged file
     assert gz.read_bytes() == good
     assert read_manifest(a.records_root)[KEY]["metrics.jsonl.gz"] == __import__("hashlib").sha256(good).hexdigest()
+
+
+def test_a_suite_whose_records_folder_is_held_is_refused(tmp_path):
+    """Two `vsr compare` of one suite with different run folders share its records manifest: the second is refused
+    (before, only the run folder was locked and both rewrote the manifest)."""
+    from llm_harness.compare.runner import run
+    from vsr.runlock import FolderBusyError, locked_folder
+
+    cfg = _suite(tmp_path, "a")
+    with locked_folder(cfg.records_root, field="records"):
+        with pytest.raises(FolderBusyError):
+            run(cfg)
