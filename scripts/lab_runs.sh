@@ -29,7 +29,7 @@ for b in "${BEDS[@]}"; do
       run replay .venv/bin/python --train-config configs/replay_grpo.yaml --pool figures/compare_replay_tau/pool.json \
         --prompts 64 --batches 64 --allocations uniform --replay-ages 1 2 5 10 ;;
     real)  # a real pretrained model: 48 ladder prompts, vLLM sampling, smaller batches (a batch costs ~10 s here)
-      run real .venv-vllm/bin/python --train-config configs/real_smollm2_vsr_grpo.yaml --backend vllm \
+      run real .venv-vllm/bin/python --train-config configs/real_smollm2_lab.yaml --backend vllm \
         --model "$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)" \
         --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 8 --blocks 8 \
         --reference-batches 24 --heldout 48 \
