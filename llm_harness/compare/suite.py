@@ -124,7 +124,8 @@ class Suite:
     """``(method, ablation)`` pairs contrasted with each other, paired by seed, with their own Holm family per
     regime (section ``ablations``): does the component the ablation removes matter?"""
     figure_arms: tuple[str, ...] = ()
-    """Arms drawn in per-update figures of many arms (at most ~6 per panel; default: the first six)."""
+    """Arms drawn in per-update figures of many arms (at most ~6 per panel). Unset: the ExTra dynamics and efficiency
+    figures draw the first six arms, ``compare_curves.png`` the reference and the five with the largest final |Δ|."""
     shares_records_with: tuple[str, ...] = ()
     """Suites whose run records (beside this suite's report folder, ``compare_<name>/records``) may finish this
     suite's jobs: a job restores a sibling's record only when the fingerprints match (the same resolved config and

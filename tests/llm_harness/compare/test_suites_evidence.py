@@ -309,3 +309,18 @@ def test_sections_without_the_reference_run(suite, arms, tmp_path):
         _fake(j, k, acc=0.4 + 0.01 * j.seed, length=30.0, extra={f"val_pass_at_{i}": 0.5 for i in range(1, k + 1)})
     text = write_report(cfg, jobs).read_text()
     assert "## Held-out evaluation metrics" in text
+
+
+def test_every_suite_names_registered_sections_and_its_own_arms():
+    """A typo in a suite's section list or figure arms would surface only when its report is written, after hours of
+    training: every registered suite is checked here."""
+    from llm_harness.compare.sections import load_sections
+
+    sections = load_sections()
+    for name in SUITES.names():
+        s = SUITES[name]
+        for sec in s.sections:
+            sections.lookup(sec, f"suite {name} sections")
+        # figure arms are a preference list shared by a paper's suites: at least one must be this suite's
+        assert not s.figure_arms or set(s.figure_arms) & {m.name for m in s.methods}, name
+        assert s.reference in {m.name for m in s.methods}, name
