@@ -38,13 +38,19 @@ from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ra
 #: the replay step's result format (part of its resume fingerprint)
 STALENESS_FORMAT = 2
 
-__all__ = ["STALENESS_FORMAT", "check_ages", "replay_advantages", "replay_names", "run_staleness", "staleness_rows"]
+__all__ = ["STALENESS_FORMAT", "check_ages", "replay_advantages", "replay_arms", "replay_names", "run_staleness", "staleness_rows"]
+
+
+def replay_arms(ages: Sequence[int]) -> list[tuple[str, int | None, bool]]:
+    """``(name, age, importance-weighted)`` of the allocations of :func:`run_staleness`: ``uniform`` (no age) first,
+    then per age without and with importance weights."""
+    return [("uniform", None, False)] + [(f"replay_a{a}{'_iw' if iw else ''}", a, iw)
+                                         for a in sorted(set(int(x) for x in ages)) for iw in (False, True)]
 
 
 def replay_names(ages: Sequence[int]) -> list[str]:
-    """The allocations of :func:`run_staleness` for ``ages``: ``uniform`` first, then per age without and with
-    importance weights."""
-    return ["uniform"] + [f"replay_a{a}{s}" for a in sorted(set(int(x) for x in ages)) for s in ("", "_iw")]
+    """The names of :func:`replay_arms`."""
+    return [name for name, _, _ in replay_arms(ages)]
 
 
 def check_ages(ages: Sequence[int], share: float, groups: int) -> tuple[int, ...]:
@@ -120,11 +126,10 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
     def fresh(rng: np.random.Generator, k: int, s: int) -> list[Any]:
         return engine.sample(_draw_prompts(engine, prompts, rng, k, group_size), seed=s, group_size=group_size)
 
-    def realise(name: str, n_batches: int, refs: dict[str, Any]) -> tuple[MomentRecord, dict[str, float], Any]:
+    def realise(name: str, age: int | None, iw: bool, n_batches: int,
+                refs: dict[str, Any]) -> tuple[MomentRecord, dict[str, float], Any]:
         acc = BlockMoments(engine.n_params, blocks=blocks, references=refs)
         rng = np.random.default_rng(derive_seed(seed, "replay", name, "prompts"))
-        age = None if name in ("uniform", "reference") else int(name[len("replay_a"):].split("_")[0])
-        iw = name.endswith("_iw")
         t_s = t_g = 0.0
         log_w: list[np.ndarray] = []
         for n in tqdm(range(n_batches), desc=f"replay: {name}", disable=not progress, unit="batch"):
@@ -153,10 +158,10 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
             cost["weight_ess_frac"] = float(w.sum() ** 2 / (w.size * float(np.sum(w * w))))  # Kish's ESS / n
         return acc.record(), cost, acc.mean()
 
-    ref_rec, ref_cost, ref_mean = realise("reference", reference_batches, {})
+    ref_rec, ref_cost, ref_mean = realise("reference", None, False, reference_batches, {})
     records, costs = {}, {}
-    for name in replay_names(ages):
-        rec, cost, _ = realise(name, batches, {"pool": ref_mean})
+    for name, age, iw in replay_arms(ages):
+        rec, cost, _ = realise(name, age, iw, batches, {"pool": ref_mean})
         records[name] = rec.to_plain()
         costs[name] = cost
     return {"ages": list(ages), "share": share, "tau": tau, "records": records, "costs": costs, "train": train,
