@@ -13,7 +13,8 @@ Layers (each importable on its own):
   :class:`AdvantageShaper`, :class:`GroupFilter`, :class:`RolloutReplay`, :class:`StepHook`) with
   no-op defaults, and the ``PLUGINS`` registry;
 * ``prompts`` — the fresh prompt stream every method shares (plug-ins claim slots, never draw);
-* ``rollout`` — generation + deadline-guarded verification (``COLLECTORS``: ``generate``,
+* ``verifier`` — deadline-guarded verification (``SafeVerifier``);
+* ``rollout`` — generation and verified rollout groups (``COLLECTORS``: ``generate``,
   ``expert`` for SFT);
 * ``loop`` — :class:`Trainer` (the stages of a step, zero-variance filter, PPO epochs, weight
   sync, metrics, checkpoints; DAPO and Reinforce-Ada-Est are plug-ins in ``llm_harness.methods``);

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # imported for annotations only (no import cycles at run time
     from llm_harness.tasks import Problem, Task
     from llm_harness.trainer.config import TrainConfig
     from llm_harness.trainer.modeling import Codec
-    from llm_harness.trainer.rollout import SafeVerifier
+    from llm_harness.trainer.verifier import SafeVerifier
 
 __all__ = [
     "AdvantageShaper",

@@ -2,8 +2,8 @@
 
 * :func:`derive_seed` (:mod:`vsr.seeding`, re-exported) — a fresh, deterministic sampling seed per
   (run seed, step, round, call).
-* :class:`SafeVerifier` — ``task.verify`` under a deadline; an exception or a timeout gives
-  reward 0 and is counted (never a crash).
+* :class:`SafeVerifier` (:mod:`llm_harness.trainer.verifier`, re-exported) — ``task.verify`` under a deadline;
+  an exception or a timeout gives reward 0 and is counted (never a crash).
 * :func:`sample_groups` — ``n`` continuations of many start states in one backend call per
   sample count, cut to each state's budget and verified: the one sampling path of the trainer's
   ``generate`` collector and of the prefix-value studies (``prefixvalue``).
@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -22,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from llm_harness.backends import Sample, SamplingParams, continuation_budget
-from llm_harness.tasks import ParseStatus, Problem, Task, VerifyResult
 from llm_harness.trainer.data import RolloutGroup, StartState, completion_ids
 from vsr.registry import Registry
+from llm_harness.trainer.verifier import SafeVerifier  # noqa: F401  (re-exported: its home before)
 from vsr.seeding import derive_seed  # noqa: F401  (re-exported: the one seed derivation)
 
 if TYPE_CHECKING:
@@ -41,60 +40,6 @@ __all__ = [
     "sample_groups",
     "truncate_sample",
 ]
-
-
-class SafeVerifier:
-    """``task.verify`` with a deadline and exception capture; counts failures in ``errors``/``timeouts``.
-
-    With ``timeout_s > 0`` verifications run on a small thread pool and a result not ready by the
-    deadline becomes ``VerifyResult(0, TIMEOUT)`` (the worker thread is abandoned, not killed: a
-    grader that never returns keeps one pool thread busy). Tasks with their own isolation (the
-    math task's subprocess runner) are unaffected.
-    """
-
-    def __init__(self, task: Task, timeout_s: float = 10.0, workers: int = 2, warn: Callable[[str], None] | None = None):
-        self.task = task
-        self.timeout_s = float(timeout_s)
-        self.errors = 0
-        self.timeouts = 0
-        self.warn = warn or (lambda msg: None)
-        self._pool = cf.ThreadPoolExecutor(max_workers=workers) if self.timeout_s > 0 else None
-
-    def _one(self, problem: Problem, text: str) -> VerifyResult:
-        return self.task.verify(problem, text)
-
-    def _error(self, problem: Problem, exc: BaseException) -> VerifyResult:
-        self.errors += 1
-        self.warn(f"verify raised for problem {problem.id!r}: {type(exc).__name__}: {exc}")
-        return VerifyResult(0.0, ParseStatus.ERROR, detail=f"{type(exc).__name__}: {exc}")
-
-    def verify_many(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[VerifyResult]:
-        """Verify ``texts[i]`` against ``problems[i]``; never raises for grader failures."""
-        if self._pool is None:
-            out = []
-            for p, t in zip(problems, texts):
-                try:
-                    out.append(self._one(p, t))
-                except Exception as exc:  # noqa: BLE001 - any grader failure is reward 0
-                    out.append(self._error(p, exc))
-            return out
-        futs = [self._pool.submit(self._one, p, t) for p, t in zip(problems, texts)]
-        out = []
-        for p, f in zip(problems, futs):
-            try:
-                out.append(f.result(timeout=self.timeout_s))
-            except cf.TimeoutError:
-                self.timeouts += 1
-                self.warn(f"verify timed out after {self.timeout_s}s for problem {p.id!r}")
-                out.append(VerifyResult(0.0, ParseStatus.TIMEOUT, timed_out=True, detail="trainer deadline"))
-            except Exception as exc:  # noqa: BLE001
-                out.append(self._error(p, exc))
-        return out
-
-    def close(self) -> None:
-        """Shut the pool down without waiting for abandoned workers."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass
