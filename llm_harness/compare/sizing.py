@@ -23,8 +23,10 @@ __all__ = ["COST", "PLUGIN_COSTS", "estimated_hours", "job_seconds", "jobs_left"
 #: ``1 + replay_row_share x r`` times GRPO's; ``plugin_factor``: ExTra's scoring passes; ``redraw_factor``: DAPO's
 #: redraws; ``eval_seq_s``: one evaluated sequence; ``startup_s``: spawn, imports, model load, saving. Fitted to the
 #: committed records (``benchmarks/suite_cost.py`` prints the medians; the measurements are in ``figures/SUITES.md``).
+#: ``oracle_continuation_share``: VSR's oracle score, one scoring continuation's share of an update (its 16 candidates x
+#: 8 continuations made the VSR regime's updates 1.45x GRPO's: 0.45 / 128).
 COST = {"update_s": 0.72, "replay_row_share": 0.6, "plugin_factor": 1.2, "redraw_factor": 1.4, "eval_seq_s": 0.0032,
-        "startup_s": 4.0}
+        "startup_s": 4.0, "oracle_continuation_share": 0.0035}
 
 
 #: plug-in name -> ``factor(params, cost) -> float``: how much one update with that plug-in costs relative to GRPO's
@@ -43,6 +45,14 @@ for _name in ("extra", "extra_novelty", "extra_regen"):
     register_plugin_cost(_name, lambda p, c: c["plugin_factor"])
 # DAPO redraws zero-variance groups (up to ``algo.max_gen_rounds`` rounds)
 register_plugin_cost("dapo", lambda p, c: c["redraw_factor"])
+# Reinforce-Ada-Est reallocates a fixed sample budget over a second generation round (``algo.max_gen_rounds`` 2): in
+# the VSR regime's records its updates took 1.39x GRPO's, DAPO's redraw factor
+register_plugin_cost("reinforce_ada_est", lambda p, c: c["redraw_factor"])
+# VSR restarts part of the batch from stored states at no extra generation (its proxy scores are free: 0.98x GRPO's
+# update in the VSR regime's records); the oracle score generates ``oracle_candidates x oracle_samples``
+# continuations per update to score the candidates
+register_plugin_cost("vsr", lambda p, c: 1.0 + (c["oracle_continuation_share"] * int(p.get("oracle_candidates", 16))
+                                                * int(p.get("oracle_samples", 8)) if p.get("score") == "oracle" else 0.0))
 
 
 def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool = False,
