@@ -270,7 +270,7 @@ register_suite(
         min_effect=0.02,
         # is VSR better than static expert resets, and how much of it remains without expert information?
         ablations=(("vsr", "static_expert"), ("vsr", "vsr_policy")),
-        sections=("pool", "assumptions", "curriculum", "calibration", "ablations"),
+        sections=("pool", "assumptions", "curriculum", "calibration", "ablations", "family_passk"),
     )
 )
 

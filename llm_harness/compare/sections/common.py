@@ -117,6 +117,17 @@ def tables_section(cfg: Any, jobs: Sequence[Any], suite: Any, out: Path, specs: 
     return lines
 
 
+@register_section("family_passk")
+def family_passk_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
+    """The suite's Holm family again on pass@k (k: the evaluation's samples per problem), its own Holm family, with
+    power at the suite's effect size: a suite that reports pass@k beside avg@1 states what its contrasts can detect
+    there (pass@k varies more across seeds, so its power is lower)."""
+    k = cfg.sizes["eval_k"]
+    spec = TableSpec("family_passk", f"pass@{k} over the avg@1 table's Holm family", suite.family())
+    return tables_section(cfg, jobs, suite, out, (spec,), f"Contrasts on pass@{k}", (("pass", f"pass@{k}"),),
+                          stem="family_passk")
+
+
 def aes_seed(ev: Mapping[str, float], ref: Mapping[str, float], k: int) -> tuple[float, float, float]:
     """(ΔL, ΔAcc, AES) of one run's final evaluation against the reference's (same seed); nans when undefined."""
     from theory.metrics import aes_terms

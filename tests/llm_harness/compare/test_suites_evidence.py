@@ -324,3 +324,34 @@ def test_every_suite_names_registered_sections_and_its_own_arms():
         # figure arms are a preference list shared by a paper's suites: at least one must be this suite's
         assert not s.figure_arms or set(s.figure_arms) & {m.name for m in s.methods}, name
         assert s.reference in {m.name for m in s.methods}, name
+
+
+def test_family_passk_section_contrasts_the_holm_family_on_pass_at_k(tmp_path):
+    """``family_passk``: the suite's Holm family again on pass@k, each arm's paired mean difference to the reference
+    (its own Holm family), with a power column and a CSV of the same numbers."""
+    import csv
+
+    from llm_harness.compare.sections.common import family_passk_section
+
+    arms = ("grpo", "vsr", "sft_pool")
+    cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=4, steps=4, eval_every=2, methods=arms)
+    jobs = plan_jobs(cfg)
+    k = cfg.sizes["eval_k"]
+    pass_effect = {"grpo": 0.0, "vsr": 0.04, "sft_pool": -0.10}
+    want: dict[str, list[float]] = {a: [] for a in arms}
+    for j in jobs:
+        p = 0.40 + 0.02 * j.seed + pass_effect.get(j.method, 0.0) + 0.003 * ((j.seed * 7 + len(j.method)) % 5)
+        _fake(j, k, acc=0.1, length=30.0, extra={f"val_pass_at_{k}": p})
+        if j.method in want:
+            want[j.method].append(p)
+    lines = family_passk_section(cfg, jobs, {}, SUITES["vsr_regime"], tmp_path)
+    text = "\n".join(lines)
+    assert f"## Contrasts on pass@{k}" in text and "power" in text
+    with open(tmp_path / "family_passk_sparse.csv") as fh:
+        rows = {r["arm"]: r for r in csv.DictReader(fh)}
+    assert set(rows) == {"vsr", "sft_pool"}  # the family present in this run; the reference is not contrasted with itself
+    for arm in ("vsr", "sft_pool"):
+        diff = np.mean(np.array(want[arm]) - np.array(want["grpo"]))
+        assert float(rows[arm]["diff"]) == pytest.approx(diff, abs=1e-12)
+        assert float(rows[arm]["p_holm"]) >= float(rows[arm]["p"])
+    assert (tmp_path / "family_passk_sparse.png").stat().st_size > 0
