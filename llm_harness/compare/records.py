@@ -180,8 +180,25 @@ def dedupe(roots: Sequence[str | Path], order: Callable[[Path, str], Any] | None
     manifest entry becomes a pointer to the kept copy (module doc, "Pointers"); a pointer that led to a removed copy
     is led to the kept one. The copy kept is the one with the smallest ``order(root, key)`` (e.g. the suite that
     trained it first), then the first of ``roots``. Every record handled must match its own manifest entry (else
-    :class:`RecordError`, before anything is changed). Returns ``(removed copy, kept copy)`` per removed copy."""
+    :class:`RecordError`, before anything is changed). Every root's folder lock (:mod:`vsr.runlock`, the one
+    ``vsr compare`` holds on its records folder) is held for the whole call, taken in sorted order: a suite running
+    on one of them refuses this call (:class:`~vsr.runlock.FolderBusyError`) instead of racing its manifest.
+    Returns ``(removed copy, kept copy)`` per removed copy."""
+    import contextlib
+
+    from vsr.runlock import locked_folder
+
     roots = [Path(r) for r in roots]
+    missing = [str(r) for r in roots if not r.is_dir()]
+    if missing:
+        raise RecordError(f"records folder(s) not found: {missing}")
+    with contextlib.ExitStack() as stack:
+        for r in sorted({os.path.realpath(r) for r in roots}):
+            stack.enter_context(locked_folder(r, field="records"))
+        return _dedupe_locked(roots, order)
+
+
+def _dedupe_locked(roots: list[Path], order: Callable[[Path, str], Any] | None) -> list[tuple[Path, Path]]:
     manifests = {r: read_manifest(r) for r in roots}
     held: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for r in roots:

@@ -15,6 +15,7 @@ from llm_harness.compare.records import MANIFEST, RecordError, dedupe, manifest_
 from llm_harness.compare.jobs import CompareConfig, plan_jobs
 from llm_harness.compare.jobs import is_done as _done
 from llm_harness.compare.records import restore_record, save_record
+from vsr.runlock import LOCK_NAME
 
 from test_compare import _fake_run  # noqa: E402 - the same fake runs as the report tests
 
@@ -27,7 +28,7 @@ def test_the_committed_records_hold_no_byte_identical_copies():
     referenced by a pointer, not copied (a new copy fails here, naming both files)."""
     seen: dict[str, Path] = {}
     pairs = []
-    files = sorted(p for p in (ROOT / "figures").glob("compare_*/records/**/*") if p.is_file() and p.name != MANIFEST)
+    files = sorted(p for p in (ROOT / "figures").glob("compare_*/records/**/*") if p.is_file() and p.name not in (MANIFEST, LOCK_NAME))
     assert files
     for p in files:
         h = hashlib.sha256(p.read_bytes()).hexdigest()
@@ -170,7 +171,7 @@ def test_dedupe_keeps_exactly_one_copy(tmp_path):
     j1 = next(j for j in plan_jobs(other) if j.method == "grpo" and j.seed == 1)
     _fake_run(j1, 0.6, 100.0)
     save_record(j1, roots["c"])
-    files = lambda: sorted(p for r in roots.values() for p in r.rglob("*") if p.is_file() and p.name != MANIFEST)  # noqa: E731
+    files = lambda: sorted(p for r in roots.values() for p in r.rglob("*") if p.is_file() and p.name not in (MANIFEST, LOCK_NAME))  # noqa: E731
     before = {p: p.read_bytes() for p in files()}
 
     rank = {roots["b"]: 0}  # b "trained it first"
@@ -225,3 +226,19 @@ def test_a_suite_whose_records_folder_is_held_is_refused(tmp_path):
     with locked_folder(cfg.records_root, field="records"):
         with pytest.raises(FolderBusyError):
             run(cfg)
+
+
+def test_dedupe_is_refused_while_a_suite_holds_one_of_the_records_folders(tmp_path):
+    from vsr.runlock import FolderBusyError, locked_folder
+
+    a, ja = _trained(tmp_path, "a")
+    b = _suite(tmp_path, "b").records_root
+    shutil.copytree(a.records_root / KEY, b / KEY)
+    shutil.copyfile(a.records_root / MANIFEST, b / MANIFEST)
+    with locked_folder(b, field="records"):  # as `vsr compare` holds it while it runs
+        with pytest.raises(FolderBusyError):
+            dedupe([a.records_root, b])
+    assert (b / KEY / "done.json").is_file()  # nothing changed
+    assert len(dedupe([a.records_root, b])) == 1  # once the suite is done
+    with pytest.raises(RecordError, match="not found"):
+        dedupe([a.records_root, tmp_path / "nowhere"])
