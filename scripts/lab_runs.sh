@@ -33,7 +33,7 @@ for b in "${BEDS[@]}"; do
         --model "$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)" \
         --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 8 --blocks 8 \
         --reference-batches 24 --heldout 48 \
-        --allocations uniform prompt_neyman vsr_calibrated prefix_oracle ;;
+        --allocations uniform dapo prompt_neyman prompt_variance vsr_linear vsr_calibrated prefix_uniform prefix_oracle extra ;;
     *) echo "unknown test bed '$b' (choose from: low mid replay real)" >&2; exit 2 ;;
   esac
 done
