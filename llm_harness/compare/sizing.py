@@ -48,11 +48,21 @@ register_plugin_cost("dapo", lambda p, c: c["redraw_factor"])
 # Reinforce-Ada-Est reallocates a fixed sample budget over a second generation round (``algo.max_gen_rounds`` 2): in
 # the VSR regime's records its updates took 1.39x GRPO's, DAPO's redraw factor
 register_plugin_cost("reinforce_ada_est", lambda p, c: c["redraw_factor"])
-# VSR restarts part of the batch from stored states at no extra generation (its proxy scores are free: 0.98x GRPO's
-# update in the VSR regime's records); the oracle score generates ``oracle_candidates x oracle_samples``
-# continuations per update to score the candidates
-register_plugin_cost("vsr", lambda p, c: 1.0 + (c["oracle_continuation_share"] * int(p.get("oracle_candidates", 16))
-                                                * int(p.get("oracle_samples", 8)) if p.get("score") == "oracle" else 0.0))
+
+
+def _vsr_cost(params: Mapping[str, Any], cost: Mapping[str, float]) -> float:
+    """VSR restarts part of the batch from stored states at no extra generation (its proxy scores are free: 0.98x
+    GRPO's update in the VSR regime's records); the oracle score generates ``oracle_candidates x oracle_samples``
+    continuations per update to score the candidates (unset: the plug-in's own defaults)."""
+    if params.get("score") != "oracle":
+        return 1.0
+    from llm_harness.methods.vsr import VSRConfig
+
+    n = int(params.get("oracle_candidates", VSRConfig.oracle_candidates)) * int(params.get("oracle_samples", VSRConfig.oracle_samples))
+    return 1.0 + cost["oracle_continuation_share"] * n
+
+
+register_plugin_cost("vsr", _vsr_cost)
 
 
 def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool = False,
