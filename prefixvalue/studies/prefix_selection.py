@@ -253,12 +253,39 @@ def analyze(table, cfg: PrefixSelectionConfig) -> dict[str, Any]:
             "mean_selection_mc_value": float(np.nanmean(grp["mc_value"])) if name != "scratch" else None,
             "mean_prefix_tokens": float(grp["prefix_tokens"].mean()),
         }
+    out["contrasts"] = contrasts(sel)
     per_problem = cand.groupby("problem_id")["mc_value"].mean()
     out["random_expected_value"] = float(per_problem.mean()) if len(per_problem) else float("nan")
     out["candidate_mte_vs_mc"] = within_dict(cand["mte"], cand["mc_value"], cand["problem_id"].to_numpy(), "spearman")
     out["candidate_smoothed_vs_mc"] = within_dict(cand["smoothed_mte"], cand["mc_value"],
                                                   cand["problem_id"].to_numpy(), "spearman")
     return out
+
+
+CONTRASTS: tuple[tuple[str, str], ...] = (("low_mte", "random"), ("smoothed_mte", "random"), ("low_mte", "scratch"),
+                                          ("oracle", "scratch"))
+"""The paired comparisons of ExTra Fig. 4's claims: a low-MTE pick beats a random one, and restarting from a
+chosen prefix beats restarting from the prompt (with the oracle pick as the ceiling of the latter)."""
+
+
+def contrasts(sel) -> list[dict[str, Any]]:
+    """Per-problem pass@1 differences of :data:`CONTRASTS` (problems paired: every method is evaluated on the same
+    all-fail problems), with the paired t interval and Holm's adjustment over the family."""
+    from theory.metrics.paired import holm, paired_contrast
+
+    rate = {}
+    for name, grp in sel.groupby("method"):
+        rate[name] = {pid: float(np.mean(bits_matrix([b])[0])) for pid, b in zip(grp["problem_id"], grp["correct_bits"])}
+    rows = []
+    for a, b in CONTRASTS:
+        if a not in rate or b not in rate:
+            continue
+        common = sorted(set(rate[a]) & set(rate[b]))
+        c = paired_contrast([rate[a][p] - rate[b][p] for p in common])
+        rows.append({"a": a, "b": b, "n_problems": c.n, "diff": c.mean, "lo": c.ci_low, "hi": c.ci_high, "p": c.p})
+    for r, adj in zip(rows, holm([r["p"] for r in rows])):
+        r["p_holm"] = adj
+    return rows
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -282,8 +309,18 @@ def render(summary: dict[str, Any]) -> str:
         f"* expected MC value of a uniformly random candidate: {summary['random_expected_value']:.3f}",
         f"* candidates: within-problem Spearman(MTE, MC value) = {fmt_ci(summary['candidate_mte_vs_mc'])}; "
         f"(smoothed MTE, MC value) = {fmt_ci(summary['candidate_smoothed_vs_mc'])}",
+        *_render_contrasts(summary.get("contrasts") or []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _render_contrasts(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    body = [(f"{r['a']} - {r['b']}", f"{r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]", f"{r['p']:.2g}",
+             f"{r['p_holm']:.2g}", r["n_problems"]) for r in rows]
+    return ["", "Paired over problems (pass@1 difference, t interval; Holm over these rows):", "",
+            markdown_table(("contrast", "difference [95% CI]", "p", "Holm p", "problems"), body)]
 
 
 def plot(table, summary: dict[str, Any], out_dir) -> list:

@@ -268,6 +268,16 @@ def test_prefix_selection_pass_at_k_matches_theory():
         assert s["methods"][m]["pass_at_k"] == pytest.approx([want[k] for k in (1, 2, 3, 4)])
     assert s["random_expected_value"] == pytest.approx(0.5)
     assert s["candidate_mte_vs_mc"]["estimate"] == pytest.approx(-1.0, abs=1e-3)  # clipped at |r| = 0.9999
+    # paired contrasts: per-problem pass@1 differences, recomputed by hand
+    rate = {(r["method"], r["problem_id"]): np.mean([c == "1" for c in r["correct_bits"]])
+            for r in rows if r["row_type"] == "selection"}
+    got = {(c["a"], c["b"]): c for c in s["contrasts"]}
+    assert set(got) == set(prefix_selection.CONTRASTS)
+    for (a, b), c in got.items():
+        d = [rate[(a, f"p{i}")] - rate[(b, f"p{i}")] for i in range(5)]
+        assert c["n_problems"] == 5 and c["diff"] == pytest.approx(np.mean(d))
+        assert c["lo"] <= c["diff"] <= c["hi"] and c["p"] <= c["p_holm"] <= 1.0
+    assert "Holm over these rows" in prefix_selection.render({**s, "model": "m", "task": "t", "split": "test"})
 
 
 def test_selectors_pick_the_documented_candidate():
