@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
 # The five prefix-value studies (VSR App. D.5 / Fig. 7, ExTra §5.6 / Fig. 4) on SmolLM2-135M-Instruct through the
-# vLLM backend on the CPU, all five levels of the arithmetic ladder's test split (interleaved, so the first N
-# problems hold every level equally; the study default --min-difficulty 5 is the test bed's), responses of at
-# most 64 tokens. Results in figures/real_model/<study>/.
+# vLLM backend on the CPU (or the HF backend on a GPU: DEVICE=cuda), all five levels of the arithmetic ladder's test
+# split (interleaved, so the first N problems hold every level equally; the study default --min-difficulty 5 is the
+# test bed's), responses of at most 64 tokens. Results in figures/real_model/<study>/.
 # Usage: scripts/real_model_studies.sh [STUDY ...]    (default: all five, in the order below)
 # Needs `make real-model` and `make vllm-test` (builds .venv-vllm). Resumable: rerun the same command after an
 # interruption and every study continues from its last finished chunk. ~2 h on 2 CPU cores (timings per study in
 # figures/real_model/README.md).
+# Env: FULL=1 (the full sizes, below), DEVICE (cpu; cuda = the HF backend on the GPU at 2048 sequences a batch),
+#      BACKEND (vllm on cpu, hf otherwise), PYTHON (.venv-vllm/bin/python), MODEL (an imported model folder; default
+#      `vsr model import` of the named model, which needs `make real-model`), N_PROBLEMS (replaces the study's problem
+#      count; the folder is then <study>-<N>), TAG (appended to the folder name, e.g. -h200).
+# The H200 runs in figures/real_model/*-h200/ ran the same studies as (PYTHON=python3 MODEL=<folder imported there> DEVICE=cuda TAG=-h200):
+#   FULL=1 scripts/real_model_studies.sh prefix-selection mte-correlation
+#   FULL=1 N_PROBLEMS=200 scripts/real_model_studies.sh prefix-selection
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv-vllm/bin/python}"
 OUT="${OUT:-figures/real_model}"
+DEVICE="${DEVICE:-cpu}"
+if [ "$DEVICE" = cpu ]; then BACKEND="${BACKEND:-vllm}"; BATCH=(); else BACKEND="${BACKEND:-hf}"; BATCH=(--max-batch-sequences 2048); fi
 export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-MODEL="$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)"
-COMMON=(--backend vllm --model "$MODEL" --task arith_ladder --split test --min-difficulty 0 --response-budget 64
-        --seed 0 --no-progress)
+MODEL="${MODEL:-$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)}"
+COMMON=(--backend "$BACKEND" --device "$DEVICE" "${BATCH[@]}" --model "$MODEL" --task arith_ladder --split test
+        --min-difficulty 0 --response-budget 64 --seed 0 --no-progress)
 run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already in its folder
   local study="$1"; shift
-  local dir="$OUT/$study$SUFFIX"
+  local dir="$OUT/$study$SUFFIX${TAG:-}"
   mkdir -p "$dir"
   echo "[$(date -u +%H:%M:%S)] $study: start -> $dir" >&2
-  /usr/bin/time -f "%e s wall, %M KiB peak RSS" -o "$dir/time.txt" \
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f "%e s wall, %M KiB peak RSS" -o "$dir/time.txt" \
+      "$PY" -m vsr study "$study" "${COMMON[@]}" --out "$dir" "$@"
+  else  # no GNU time (a GPU image, say): wall seconds only
+    local t0=$SECONDS
     "$PY" -m vsr study "$study" "${COMMON[@]}" --out "$dir" "$@"
+    echo "$(( SECONDS - t0 )) s wall, peak RSS not measured" > "$dir/time.txt"
+  fi
   echo "[$(date -u +%H:%M:%S)] $study: done ($(cat "$dir/time.txt"))" >&2
 }
 # Sizes: hint-ratio at its full size (200 problems); MTE correlation and prefix selection reduced so that each
@@ -45,6 +60,11 @@ if [ "${FULL:-0}" = 1 ]; then  # into <study>-full/, beside the reduced runs
   ARGS[mte-correlation]="--n-problems 22 --chunk-problems 2 --n-trajectories 16 --n-continuations 16"
   ARGS[prefix-selection]="--n-problems 60 --chunk-problems 10 --max-candidates 16 --mc-continuations 16"
   SUFFIX="-full"
+fi
+if [ -n "${N_PROBLEMS:-}" ]; then  # another problem count: into <study>-<N>/
+  [[ "$N_PROBLEMS" =~ ^[1-9][0-9]*$ ]] || { echo "N_PROBLEMS must be a positive integer, got '$N_PROBLEMS'" >&2; exit 2; }
+  for k in "${!ARGS[@]}"; do ARGS[$k]="$(sed -E "s/--n-problems [0-9]+/--n-problems $N_PROBLEMS/" <<< "${ARGS[$k]}")"; done
+  SUFFIX="-$N_PROBLEMS"
 fi
 STUDIES=("$@"); [ ${#STUDIES[@]} -gt 0 ] || STUDIES=(hint-ratio mte-correlation prefix-selection failed-prefix sigma-validation)
 failed=()

@@ -270,8 +270,9 @@ chosen prefix beats restarting from the prompt (with the oracle pick as the ceil
 
 def contrasts(sel) -> list[dict[str, Any]]:
     """Per-problem pass@1 differences of :data:`CONTRASTS` (problems paired: every method is evaluated on the same
-    all-fail problems), with the paired t interval and Holm's adjustment over the family."""
-    from theory.metrics.paired import holm, paired_contrast
+    all-fail problems), with the paired t interval, Holm's adjustment over the family and the power to detect a
+    10-point difference at Holm's strictest level (0.05 / the family's size)."""
+    from theory.metrics.paired import holm, paired_contrast, paired_power
 
     rate = {}
     for name, grp in sel.groupby("method"):
@@ -282,7 +283,8 @@ def contrasts(sel) -> list[dict[str, Any]]:
             continue
         common = sorted(set(rate[a]) & set(rate[b]))
         c = paired_contrast([rate[a][p] - rate[b][p] for p in common])
-        rows.append({"a": a, "b": b, "n_problems": c.n, "diff": c.mean, "lo": c.ci_low, "hi": c.ci_high, "p": c.p})
+        rows.append({"a": a, "b": b, "n_problems": c.n, "diff": c.mean, "sd": c.sd, "lo": c.ci_low, "hi": c.ci_high,
+                     "p": c.p, "power_10pp": paired_power(0.10, c.sd, c.n, 0.05 / len(CONTRASTS))})
     for r, adj in zip(rows, holm([r["p"] for r in rows])):
         r["p_holm"] = adj
     return rows
@@ -318,9 +320,10 @@ def _render_contrasts(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     body = [(f"{r['a']} - {r['b']}", f"{r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]", f"{r['p']:.2g}",
-             f"{r['p_holm']:.2g}", r["n_problems"]) for r in rows]
-    return ["", "Paired over problems (pass@1 difference, t interval; Holm over these rows):", "",
-            markdown_table(("contrast", "difference [95% CI]", "p", "Holm p", "problems"), body)]
+             f"{r['p_holm']:.2g}", f"{r['power_10pp']:.2f}", r["n_problems"]) for r in rows]
+    return ["", "Paired over problems (pass@1 difference, t interval; Holm over these rows; power to detect 10 points at "
+            "0.05 / rows):", "",
+            markdown_table(("contrast", "difference [95% CI]", "p", "Holm p", "power at 10 pp", "problems"), body)]
 
 
 def plot(table, summary: dict[str, Any], out_dir) -> list:

@@ -277,6 +277,7 @@ def test_prefix_selection_pass_at_k_matches_theory():
         d = [rate[(a, f"p{i}")] - rate[(b, f"p{i}")] for i in range(5)]
         assert c["n_problems"] == 5 and c["diff"] == pytest.approx(np.mean(d))
         assert c["lo"] <= c["diff"] <= c["hi"] and c["p"] <= c["p_holm"] <= 1.0
+        assert c["sd"] == pytest.approx(np.std(d, ddof=1)) and 0.0 <= c["power_10pp"] <= 1.0
     assert "Holm over these rows" in prefix_selection.render({**s, "model": "m", "task": "t", "split": "test"})
 
 
