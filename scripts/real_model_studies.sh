@@ -5,8 +5,8 @@
 # test bed's), responses of at most 64 tokens. Results in figures/real_model/<study>/.
 # Usage: scripts/real_model_studies.sh [STUDY ...]    (default: all five, in the order below)
 # Needs `make real-model` and `make vllm-test` (builds .venv-vllm). Resumable: rerun the same command after an
-# interruption and every study continues from its last finished chunk. ~2 h on 2 CPU cores (timings per study in
-# figures/real_model/README.md).
+# interruption and every study continues from its last finished chunk. About 1.7 h on 2 CPU cores at the default sizes
+# (timings per study in figures/real_model/README.md).
 # Env: FULL=1 (the full sizes, below), DEVICE (cpu; cuda = the HF backend on the GPU at 2048 sequences a batch),
 #      BACKEND (vllm on cpu, hf otherwise), PYTHON (.venv-vllm/bin/python), MODEL (an imported model folder; default
 #      `vsr model import` of the named model, which needs `make real-model`), N_PROBLEMS (replaces the study's problem
@@ -40,10 +40,11 @@ run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already 
   echo "[$(date -u +%H:%M:%S)] $study: done ($(cat "$dir/time.txt"))" >&2
 }
 # Sizes: hint-ratio at its full size (200 problems); MTE correlation and prefix selection reduced so that each
-# takes about half an hour here (ExTra's protocol: 32 trajectories x 16 continuations per prefix, ~4 min per
-# problem on this machine); failed-prefix and sigma-validation at 40 problems of the word level (difficulty 5),
+# takes about half an hour here (ExTra's protocol samples 32 trajectories and 16 continuations per prefix);
+# failed-prefix and sigma-validation at 40 problems of the word level (difficulty 5),
 # the runs committed first; FULL=1 runs them at 200 problems of every level instead, into <study>-full/ (~35 min
-# each), and mte-correlation / prefix-selection at ExTra's sizes (~2 / ~2.5 h).
+# each), mte-correlation at the size of ExTra's Table 4 with 16 trajectories per problem (60 min measured) and
+# prefix-selection at 60 problems (not run on the CPU; about 2.5 h estimated; 51 s on an H200).
 declare -A ARGS=(
   [hint-ratio]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
   [mte-correlation]="--n-problems 12 --chunk-problems 2 --n-trajectories 16 --n-continuations 8"
@@ -55,8 +56,8 @@ SUFFIX=""
 if [ "${FULL:-0}" = 1 ]; then  # into <study>-full/, beside the reduced runs
   ARGS[failed-prefix]="--n-problems 200 --chunk-problems 25 --n-continuations 8"
   ARGS[sigma-validation]="--n-problems 200 --chunk-problems 25 --n-continuations 16"
-  # ExTra's sizes: MTE correlation over ~600 prefixes of 22 problems with K = 16 continuations (ExTra §5.6, Table 4;
-  # ~2 h here); prefix selection on 3x the problems at 16 Monte-Carlo continuations (~2.5 h)
+  # ExTra Table 4's size: MTE correlation over ~600 prefixes of 22 problems with K = 16 continuations (ExTra §5.6;
+  # 60 min here); prefix selection on 3x the problems at 16 Monte-Carlo continuations (~2.5 h estimated)
   ARGS[mte-correlation]="--n-problems 22 --chunk-problems 2 --n-trajectories 16 --n-continuations 16"
   ARGS[prefix-selection]="--n-problems 60 --chunk-problems 10 --max-candidates 16 --mc-continuations 16"
   SUFFIX="-full"
