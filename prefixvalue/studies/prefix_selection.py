@@ -271,12 +271,11 @@ chosen prefix beats restarting from the prompt (with the oracle pick as the ceil
 def contrasts(sel) -> list[dict[str, Any]]:
     """Per-problem pass@1 differences of :data:`CONTRASTS` (problems paired: every method is evaluated on the same
     all-fail problems), with the paired t interval, Holm's adjustment over the family and the power to detect a
-    10-point difference at Holm's strictest level (0.05 / the family's size)."""
+    10-point difference at Holm's strictest level (0.05 / the number of contrasts present)."""
     from theory.metrics.paired import holm, paired_contrast, paired_power
 
-    rate = {}
-    for name, grp in sel.groupby("method"):
-        rate[name] = {pid: float(np.mean(bits_matrix([b])[0])) for pid, b in zip(grp["problem_id"], grp["correct_bits"])}
+    rate = {name: dict(zip(grp["problem_id"], bits_matrix(grp["correct_bits"].tolist()).mean(axis=1)))
+            for name, grp in sel.groupby("method")}
     rows = []
     for a, b in CONTRASTS:
         if a not in rate or b not in rate:
@@ -284,9 +283,10 @@ def contrasts(sel) -> list[dict[str, Any]]:
         common = sorted(set(rate[a]) & set(rate[b]))
         c = paired_contrast([rate[a][p] - rate[b][p] for p in common])
         rows.append({"a": a, "b": b, "n_problems": c.n, "diff": c.mean, "sd": c.sd, "lo": c.ci_low, "hi": c.ci_high,
-                     "p": c.p, "power_10pp": paired_power(0.10, c.sd, c.n, 0.05 / len(CONTRASTS))})
+                     "p": c.p})
     for r, adj in zip(rows, holm([r["p"] for r in rows])):
         r["p_holm"] = adj
+        r["power_10pp"] = paired_power(0.10, r["sd"], r["n_problems"], 0.05 / len(rows))
     return rows
 
 
