@@ -7,9 +7,12 @@ code (``truncate_logits``). The convention is stated in ``llm_harness.backends.p
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from llm_harness.backends.protocol import SamplingParams
+from vsr.registry import Registry
 
 NEG_INF = float("-inf")
 
@@ -52,10 +55,40 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float, top_k: int, top
     return torch.log_softmax(z, dim=-1)
 
 
+def draw_multinomial(q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``q[r, v]`` (probabilities) by ``torch.multinomial`` (the default draw)."""
+    return torch.multinomial(q, 1, generator=generator).squeeze(-1)
+
+
+def draw_inverse_cdf(q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``q[r, v]`` (probabilities) by inversion: ``u ~ U[0, 1)`` per row, the first index
+    whose cumulative mass exceeds ``u · total``.
+
+    The same distribution as :func:`draw_multinomial` (up to the float32 cumulative sum's rounding) from one
+    uniform per row instead of ``torch.multinomial``'s exponential per vocabulary entry (which dominates a
+    sampling step over a 49k vocabulary on the CPU); a different random stream, so samples differ from the
+    multinomial draw's for the same seed. A zero-probability index is never drawn: the search is on the right
+    side (a flat run of the cumulative sum is skipped), and a rounding of ``u · total`` onto the total is clamped
+    to the last index with mass."""
+    cdf = torch.cumsum(q, dim=-1)
+    total = cdf[:, -1:].contiguous()
+    u = torch.rand((q.shape[0], 1), generator=generator, device=q.device, dtype=cdf.dtype)
+    idx = torch.searchsorted(cdf, u * total, right=True)
+    last = torch.searchsorted(cdf, total, right=False)  # the first index reaching the total: the last with mass
+    return torch.minimum(idx, last).squeeze(-1)
+
+
+#: name -> draw ``(probabilities[r, v], generator) -> indices[r]`` (``HFBackendConfig.sampler``)
+SAMPLERS: Registry[Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]] = Registry("sampler", {
+    "multinomial": draw_multinomial,
+    "inverse_cdf": draw_inverse_cdf,
+})
+
+
 def sample_next_tokens(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None, *, sampler: str = "multinomial"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row from ``logits[r, v]``; return ``(tokens[r], logprobs[r])``.
+    """Draw one token per row from ``logits[r, v]`` with the registered ``sampler``; return ``(tokens[r], logprobs[r])``.
 
     ``logprobs[r] = log q(tokens[r])`` under the distribution actually sampled from (float32);
     greedy (``temperature == 0``) returns the argmax with log-prob exactly 0.
@@ -66,5 +99,5 @@ def sample_next_tokens(
         tokens = torch.argmax(logits, dim=-1)
         return tokens, torch.zeros(tokens.shape, dtype=torch.float32, device=logits.device)
     logq = sampling_log_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
-    tokens = torch.multinomial(torch.exp(logq), 1, generator=generator).squeeze(-1)
+    tokens = SAMPLERS.lookup(sampler, "sampler")(torch.exp(logq), generator)
     return tokens, logq.gather(-1, tokens[:, None]).squeeze(-1)

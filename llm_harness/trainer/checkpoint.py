@@ -63,7 +63,9 @@ __all__ = [
     "restore_rng",
     "save_checkpoint",
     "tensors_to_bytes",
+    "verify_files",
     "write_checkpoint",
+    "write_tensors_streaming",
 ]
 
 FORMAT_VERSION = 2
@@ -182,6 +184,76 @@ def tensors_to_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str,
     return safetensors.torch.save(out, metadata=dict(metadata) if metadata else None)
 
 
+#: safetensors dtype names (the format's header; ``safetensors.torch`` reads these back)
+_ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+              torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+              torch.bool: "BOOL", torch.complex64: "C64"}
+#: bytes written per ``write`` call while streaming one tensor (bounds nothing in memory: the tensor is a view)
+_WRITE_CHUNK = 64 * 2**20
+
+
+def _tensor_bytes_view(t: torch.Tensor) -> memoryview:
+    """A zero-copy byte view of ``t`` (detached; moved to the CPU and made contiguous only when it is not already)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous().reshape(-1)
+    if t.dtype == torch.bool:
+        t = t.view(torch.uint8)
+    return memoryview(t.view(torch.uint8).numpy()).cast("B") if t.numel() else memoryview(b"")
+
+
+def write_tensors_streaming(tensors: Mapping[str, torch.Tensor], path: str | os.PathLike,
+                            metadata: Mapping[str, str] | None = None) -> str:
+    """Write ``tensors`` to ``path`` in the safetensors format one tensor at a time, fsync'ed; returns the file's SHA-256.
+
+    No bytes object of the whole file is built (``safetensors.torch.save`` builds one, the size of every tensor
+    together): each tensor is written from a zero-copy view of its storage, and the checksum is computed from the
+    same views while writing. The layout is the format's: an 8-byte little-endian header length, a JSON header
+    (``dtype``, ``shape``, ``data_offsets`` per tensor; ``__metadata__``) padded with spaces to 8 bytes, then the
+    tensors' bytes back to back in header order; ``safetensors.torch.load_file`` reads it. Tied tensors (one
+    storage under two names) are written twice, as ``safetensors`` requires of a file it reads."""
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    offset = 0
+    items = list(tensors.items())
+    for name, t in items:
+        if t.dtype not in _ST_DTYPES:
+            raise ValueError(f"checkpoint: tensor {name!r} has dtype {t.dtype}, which safetensors cannot store")
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    digest = hashlib.sha256()
+    with open(path, "wb") as fh:
+        for part in (len(head).to_bytes(8, "little"), head):
+            fh.write(part)
+            digest.update(part)
+        for _, t in items:
+            view = _tensor_bytes_view(t)
+            for i in range(0, len(view), _WRITE_CHUNK):
+                chunk = view[i: i + _WRITE_CHUNK]
+                fh.write(chunk)
+                digest.update(chunk)
+            del view
+        fh.flush()
+        os.fsync(fh.fileno())
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 8 * 2**20) -> str:
+    """SHA-256 of a file read in ``chunk``-byte pieces (never the whole file in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(chunk)
+            if not block:
+                return digest.hexdigest()
+            digest.update(block)
+
+
 def _arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     """``.npz`` bytes (every array already checked plain by :func:`_encode`: none needs pickle)."""
     buf = io.BytesIO()
@@ -192,14 +264,6 @@ def _arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 def _read_arrays(data: bytes) -> dict[str, np.ndarray]:
     with np.load(io.BytesIO(data), allow_pickle=False) as z:  # an .npy or pickle here is refused
         return {k: z[k] for k in z.files}
-
-
-_READERS: dict[str, Callable[[bytes], Any]] = {
-    "model.safetensors": safetensors.torch.load,
-    "tensors.safetensors": safetensors.torch.load,
-    "arrays.npz": _read_arrays,
-    "state.json": json.loads,
-}
 
 
 # ------------------------------------------------------------------------------ RNG
@@ -257,16 +321,17 @@ def write_checkpoint(final: str | os.PathLike, step: int, state: Mapping[str, An
     tensors: dict[str, torch.Tensor] = {}
     arrays: dict[str, np.ndarray] = {}
     tree = {k: _encode(state[k], k, tensors, arrays) for k in _PARTS}
-    writers: dict[str, Callable[[], bytes]] = {
-        "model.safetensors": lambda: tensors_to_bytes(state["model"]),
-        "tensors.safetensors": lambda: tensors_to_bytes(tensors),
-        "arrays.npz": lambda: _arrays_to_bytes(arrays),
-        "state.json": lambda: json.dumps(tree).encode(),
+    # the tensors stream to disk one at a time (checksummed while written); the small files go through bytes
+    writers: dict[str, Callable[[Path], str]] = {
+        "model.safetensors": lambda f: write_tensors_streaming(state["model"], f),
+        "tensors.safetensors": lambda f: write_tensors_streaming(tensors, f),
+        "arrays.npz": lambda f: _dump(_arrays_to_bytes(arrays), f),
+        "state.json": lambda f: _dump(json.dumps(tree).encode(), f),
     }
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
-        digests = {fname: _dump(make(), tmp / fname) for fname, make in writers.items()}
+        digests = {fname: write(tmp / fname) for fname, write in writers.items()}
         meta = {
             "format_version": FORMAT_VERSION,
             "step": int(step),
@@ -314,6 +379,7 @@ def save_checkpoint(
     """Write checkpoint ``step`` (the number of completed steps) atomically; keep the newest ``keep``."""
     root = Path(ckpt_root)
     name = f"step_{step:06d}"
+    remove_stale_temporaries(root)  # one writer per run folder: a hidden folder here is an interrupted write's
     state = {"model": model.state_dict(), "optim": optimizer.state_dict(), "sched": scheduler.state_dict(),
              "rng": capture_rng(), "plugins": plugins}
     write_checkpoint(root / name, step, state, fingerprint=fingerprint, extra=extra)
@@ -429,6 +495,36 @@ def read_verified(path: str | os.PathLike, meta: Mapping[str, Any], files: tuple
     return out
 
 
+def verify_files(path: str | os.PathLike, meta: Mapping[str, Any], files: tuple[str, ...]) -> None:
+    """Check each of ``files`` in ``path`` against its SHA-256 in ``meta``, reading it in pieces
+    (:class:`CorruptCheckpointError` if one is missing or altered)."""
+    path = Path(path)
+    sums = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    for fname in files:
+        f = path / fname
+        try:
+            digest = file_sha256(f)
+        except OSError as exc:
+            raise CorruptCheckpointError(f"checkpoint: {f} is missing ({exc.strerror})") from None
+        if digest != sums.get(fname):
+            raise CorruptCheckpointError(f"checkpoint: {f} is corrupt (checksum mismatch)")
+
+
+def _load_tensor_file(f: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, read tensor by tensor from the file (writable copies: the optimizer
+    updates its moments in place)."""
+    return safetensors.torch.load_file(f)
+
+
+#: file -> reader of a verified checkpoint file (tensors from the file itself, the small files through bytes)
+_FILE_READERS: dict[str, Callable[[Path], Any]] = {
+    "model.safetensors": _load_tensor_file,
+    "tensors.safetensors": _load_tensor_file,
+    "arrays.npz": lambda f: _read_arrays(f.read_bytes()),
+    "state.json": lambda f: json.loads(f.read_bytes()),
+}
+
+
 def _verify_meta(path: Path, meta: Mapping[str, Any]) -> None:
     """``meta.json`` matches its checksum file and its step matches the folder name (else corrupt)."""
     try:
@@ -468,11 +564,11 @@ def load_checkpoint(path: str | os.PathLike, *, fingerprint: str | None = None) 
             f"checkpoint: {path} was written by an incompatible configuration (model/task/rollout/algo/optim/"
             f"plugins/seed differ); refusing to resume"
         )
-    raw = read_verified(path, meta, _FILES)
+    verify_files(path, meta, _FILES)
     parsed: dict[str, Any] = {}
     for fname in _FILES:
         try:
-            parsed[fname] = _READERS[fname](raw[fname])
+            parsed[fname] = _FILE_READERS[fname](path / fname)
         except Exception as exc:  # noqa: BLE001  (whatever a malformed file raises)
             raise CorruptCheckpointError(f"checkpoint: {path / fname} cannot be read ({type(exc).__name__}: {exc})") from None
     tree = parsed["state.json"]

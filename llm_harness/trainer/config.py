@@ -361,6 +361,22 @@ class RunConfig:
     ``trainer.packed_forward``; Qwen2-family models, right-padded rows). The same log-probs and gradients up
     to float rounding; a speed option, so a resume may change it. With ``rollout.share_prefix`` the sampling still
     shares the prompt prefix and the log-prob passes are packed instead."""
+    group_prompt_once: bool = False
+    """The trainer's log-prob passes run each distinct context (a group's prompt, or prompt and prefix) through
+    the decoder once for all the rows that share it (``trainer.group_prompt``; any decoder that takes a cache).
+    The same log-probs and gradients up to float rounding, with the prompt's share of the pass's compute and
+    activations divided by the group size; a speed option, so a resume may change it. Not with
+    ``packed_forward`` (which it replaces) or ``rollout.share_prefix``'s batch-wide prefix in the loss pass."""
+    fused_optimizer: bool = False
+    """AdamW's fused kernel (``torch.optim.AdamW(fused=True)``, CPU and GPU) instead of its per-parameter loop:
+    the same update up to float rounding; checkpoints keep their format (an older checkpoint resumes fused).
+    A speed option, so a resume may change it."""
+    sampler: str = "multinomial"
+    """HF backend: how a token is drawn (``HFBackendConfig.sampler``): ``multinomial`` or ``inverse_cdf`` (the same
+    distribution, a different random stream, faster over a large vocabulary). A resume may change it."""
+    dry_run: bool = False
+    """Build the run, print its memory estimate by part (``trainer.memory_check.estimate_step``) and the check
+    against this machine's available memory, and exit without training or writing anything."""
     stop_after: int = 0
     """Stop (as if killed) after this many steps of this invocation (0: run to ``steps``); for
     testing resume."""
@@ -375,6 +391,15 @@ class RunConfig:
             raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         if not isinstance(self.packed_forward, bool):
             raise ValueError(f"packed_forward: must be a bool, got {self.packed_forward!r}")
+        for name in ("group_prompt_once", "fused_optimizer", "dry_run"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        if self.group_prompt_once and self.packed_forward:
+            raise ValueError("group_prompt_once: an alternative to packed_forward (each runs the loss pass its own "
+                             "way); set one of them to false")
+        from llm_harness.backends.sampling import SAMPLERS
+
+        SAMPLERS.check(self.sampler, "sampler")
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         check_number("stop_after", self.stop_after, 0, integer=True)
         check_number("micro_batch_rows", self.micro_batch_rows, 0, integer=True)

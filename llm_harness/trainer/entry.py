@@ -34,7 +34,8 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     run = getattr(cfg, "run", None)  # EvalConfig has no run section
     static = bool(getattr(run, "static_decode", False)) and name == "hf"
     hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad,
-                                                            static_decode=static, share_prefix=share_prefix))
+                                                            static_decode=static, share_prefix=share_prefix,
+                                                            sampler=str(getattr(run, "sampler", "multinomial"))))
     if name == "hf":
         return hf
     from llm_harness.backends import VLLMBackendConfig
@@ -104,7 +105,17 @@ def train(cfg: TrainConfig) -> int:
         if cfg.run.resume:
             check_resume_config(cfg, run_dir)
         trainer = build_trainer(cfg)
-        _check_memory(cfg, trainer)
+        est = _check_memory(cfg, trainer)
+        if cfg.run.dry_run:
+            from llm_harness.trainer.memory_check import available_bytes
+
+            avail = available_bytes()
+            print(f"dry run: {est.describe()}; available {'unknown' if avail is None else f'{avail / 2**30:.1f} GiB'}; "
+                  "the memory check passed, nothing was trained or written", file=sys.stderr)
+            trainer.close()
+            trainer = None
+            lock.discard_if_created()
+            return 0
     except BaseException:
         if trainer is not None:
             trainer.close()
@@ -125,16 +136,27 @@ def train(cfg: TrainConfig) -> int:
     return 0
 
 
-def _check_memory(cfg: TrainConfig, trainer: Any) -> None:
-    """Refuse a run whose largest training pass cannot fit in this machine's memory (:mod:`.memory_check`)."""
-    from llm_harness.trainer.memory_check import available_bytes, check_memory, estimate_pass_bytes
+def _check_memory(cfg: TrainConfig, trainer: Any) -> Any:
+    """Refuse a run whose largest training pass, or whole step, cannot fit in this machine's memory
+    (:mod:`.memory_check`); returns the step's estimate."""
+    from llm_harness.trainer.memory_check import (
+        available_bytes,
+        check_memory,
+        check_step_memory,
+        estimate_pass_bytes,
+        estimate_step,
+    )
 
     sample = list(trainer.fresh.problems[:256])
     prompt = max((len(trainer.ctx.encode_prompt(p)) for p in sample), default=0)
     mc = trainer.model.config
     est = estimate_pass_bytes(cfg, prompt_tokens=prompt, vocab=int(mc.vocab_size),
                               max_context=getattr(mc, "max_position_embeddings", None))
-    check_memory(cfg, est, available_bytes())
+    avail = available_bytes()
+    check_memory(cfg, est, avail)
+    step = estimate_step(cfg, trainer.model, prompt_tokens=prompt)
+    check_step_memory(cfg, step, avail)
+    return step
 
 
 def _load_eval_model(cfg: EvalConfig) -> tuple[Any, Any]:

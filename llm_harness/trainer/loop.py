@@ -209,7 +209,8 @@ class Trainer:
                 raise ValueError(f"run.packed_forward: not available for this model ({why}); set it to false")
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
+            [p for p in model.parameters() if p.requires_grad], lr=o.lr, betas=(o.beta1, o.beta2),
+            weight_decay=o.weight_decay, fused=cfg.run.fused_optimizer or None,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o.schedule, o.warmup_steps, cfg.steps))
         self.ref_model = None
@@ -224,6 +225,9 @@ class Trainer:
         params = list(model.parameters())
         self.device = params[0].device if params else torch.device("cpu")
         self.validation_problems = None
+        from llm_harness.trainer.memory_watch import PhaseMemory
+
+        self.memory = PhaseMemory(self.device)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -262,6 +266,13 @@ class Trainer:
         try:
             self.model.load_state_dict(ck["model"])
             self.optimizer.load_state_dict(ck["optim"])
+            for group in self.optimizer.param_groups:  # the run's kernel, whichever wrote the checkpoint
+                group["fused"] = self.cfg.run.fused_optimizer or None
+                group["foreach"] = None
+                for param in group["params"]:  # the fused kernel reads its step count on the parameter's device
+                    st = self.optimizer.state.get(param, {})
+                    if torch.is_tensor(st.get("step")):
+                        st["step"] = st["step"].to(device=param.device, dtype=torch.float32)
             self.scheduler.load_state_dict(ck["sched"])
         except (RuntimeError, ValueError, KeyError) as exc:
             raise ValueError(f"checkpoint: {path} does not fit this model/optimizer ({exc})") from None
@@ -392,21 +403,25 @@ class Trainer:
             acc.add(c, label)
         return step
 
+    def _pass_mode(self) -> dict[str, bool]:
+        """How the log-prob passes run: ``run.group_prompt_once``, ``run.packed_forward``, or the rollout's
+        batch-wide shared prefix (the first that is set)."""
+        run, r = self.cfg.run, self.cfg.rollout
+        return {"group_prompt": run.group_prompt_once, "packed": run.packed_forward,
+                "share_prefix": r.share_prefix and not (run.packed_forward or run.group_prompt_once)}
+
     def _forward(self, mb: TrainBatch, *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         r = self.cfg.rollout
         return sequence_logprobs(
             self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy,
-            share_prefix=r.share_prefix and not self.cfg.run.packed_forward, packed=self.cfg.run.packed_forward,
+            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, **self._pass_mode(),
         )
 
     def _no_grad_logprobs(self, model: Any, batch: TrainBatch) -> torch.Tensor:
         r = self.cfg.rollout
         with torch.no_grad():
             lp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask,
-                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False,
-                                      share_prefix=r.share_prefix and not self.cfg.run.packed_forward,
-                                      packed=self.cfg.run.packed_forward)
+                                      temperature=r.temperature, top_p=r.top_p, with_entropy=False, **self._pass_mode())
         return lp
 
     def _save_bad_batch(self, batch: TrainBatch, step: int, what: str) -> Path:
@@ -504,9 +519,11 @@ class Trainer:
         cfg = self.cfg
         n_warn0 = len(self.ctx.warnings)
         acc = _StepMetrics()
+        mem = self.memory
         t0 = time.perf_counter()
-        step = self._starts(Step(index=self.step), acc)
-        step = self._generate(step, acc)
+        with mem.phase("generate"):
+            step = self._starts(Step(index=self.step), acc)
+            step = self._generate(step, acc)
         t_gen = time.perf_counter() - t0
         step = self._advantages(step, acc)
         step = self._keep(step, acc)
@@ -516,17 +533,19 @@ class Trainer:
         m: dict[str, Any] = {"step": step.index}
         t_score = t_train = 0.0
         if trained:
-            batch = build_batch(trained, self.codec.pad_token_id).to(self.device)
-            old_lp = batch.old_logprobs
-            if cfg.algo.old_logprobs == "recompute":  # this step's rows get the current policy's log-probs
-                n_fresh = sum(g.size for g in step.fresh)
-                fresh_rows = torch.arange(batch.size, device=self.device) < n_fresh
-                rec = self._no_grad_logprobs(self.model, batch)
-                old_lp = torch.where(fresh_rows[:, None], rec, old_lp)
-            ref_lp = self._no_grad_logprobs(self.ref_model, batch) if self.ref_model is not None else None
+            with mem.phase("score"):
+                batch = build_batch(trained, self.codec.pad_token_id).to(self.device)
+                old_lp = batch.old_logprobs
+                if cfg.algo.old_logprobs == "recompute":  # this step's rows get the current policy's log-probs
+                    n_fresh = sum(g.size for g in step.fresh)
+                    fresh_rows = torch.arange(batch.size, device=self.device) < n_fresh
+                    rec = self._no_grad_logprobs(self.model, batch)
+                    old_lp = torch.where(fresh_rows[:, None], rec, old_lp)
+                ref_lp = self._no_grad_logprobs(self.ref_model, batch) if self.ref_model is not None else None
             t_score = time.perf_counter() - t1
             t2 = time.perf_counter()
-            m.update(self._update(batch, step.index, old_lp, ref_lp))
+            with mem.phase("train"):
+                m.update(self._update(batch, step.index, old_lp, ref_lp))
             t_train = time.perf_counter() - t2
         else:
             m.update({"loss": float("nan"), "grad_norm": float("nan"), "entropy": float("nan"), "optimizer_steps": 0.0})
@@ -554,8 +573,25 @@ class Trainer:
         m["time_train_s"] = t_train
         m["time_plugins_s"] = acc.clock.total
         m["time_step_s"] = time.perf_counter() - t0
+        m.update(self._memory_metrics())
         self.step += 1
         return m
+
+    def _memory_metrics(self) -> dict[str, float]:
+        """This step's phase peaks and the fixed parts (``mem_*``, GiB; :mod:`.memory_watch`)."""
+        from llm_harness.trainer.memory_watch import GB, fixed_parts
+
+        out = self.memory.metrics()
+        out.update({f"mem_{k}_gb": v / GB for k, v in fixed_parts(self.model, self.optimizer).items()})
+        return out
+
+    def memory_report(self) -> dict[str, Any]:
+        """The run's memory so far (``memory.json``): fixed parts and the largest peak of each phase, in GiB."""
+        from llm_harness.trainer.memory_watch import GB, fixed_parts
+
+        return {"kind": self.memory.kind, "exact": self.memory.exact, "device": str(self.device),
+                "fixed_gb": {k: v / GB for k, v in fixed_parts(self.model, self.optimizer).items()},
+                "peak_gb": {k: v / GB for k, v in self.memory.peaks.items()}, "steps": self.step}
 
     def _group_metrics(self, step: Step) -> dict[str, float]:
         """Counts and rates of the step's groups by role and origin (generated = this step's groups)."""
@@ -680,6 +716,7 @@ class Trainer:
                     m = {**m, "config_fingerprint": config_fingerprint(cfg)}
                 writer.log(m)
                 rows.append(m)
+                self._write_memory(first=len(rows) == 1)
                 bar.set_postfix(acc=f"{m.get('accuracy', float('nan')):.3f}", loss=f"{m.get('loss', float('nan')):.3g}")
                 every = cfg.run.checkpoint_every
                 if (every and self.step % every == 0) or self.step == cfg.steps:
@@ -687,6 +724,22 @@ class Trainer:
         finally:
             writer.close()
         return rows
+
+    def _write_memory(self, first: bool) -> None:
+        """``memory.json`` in the run folder (atomic), and on this invocation's first step a line naming it."""
+        import json
+        import sys
+
+        from vsr.atomic import write_text
+
+        rep = self.memory_report()
+        write_text(self.run_dir / "memory.json", json.dumps(rep, indent=2) + "\n")
+        if first:
+            fixed = ", ".join(f"{k} {v:.2f}" for k, v in rep["fixed_gb"].items())
+            peaks = ", ".join(f"{k} {v:.2f}" for k, v in rep["peak_gb"].items())
+            what = "peak allocated" if rep["kind"] == "peak_allocated" else "peak RSS"
+            print(f"memory (GiB): {fixed}; {what} by phase: {peaks}{'' if rep['exact'] else ' (cumulative)'}"
+                  f" -> {self.run_dir / 'memory.json'}", file=sys.stderr)
 
     def close(self) -> None:
         """Release the verifier pool."""

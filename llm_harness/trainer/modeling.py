@@ -185,6 +185,7 @@ def sequence_logprobs(
     chunk_bytes: int = 64 * 2**20,
     share_prefix: bool = False,
     packed: bool = False,
+    group_prompt: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs[B, L-1], entropies[B, L-1] | None)`` of targets ``input_ids[:, 1:]``, filled only
     where ``loss_mask`` is 1 (0 elsewhere). Only masked positions go through the output head.
@@ -196,13 +197,22 @@ def sequence_logprobs(
     the result equals the unshared pass up to float rounding.
 
     ``packed`` (Qwen2-family models): :func:`~llm_harness.trainer.packed_forward.packed_hidden`, the decoder on
-    the real tokens only, when the rows are right-padded (else the HF forward); not with ``share_prefix``."""
-    if packed and share_prefix:
-        raise ValueError("sequence_logprobs: packed and share_prefix are alternatives; pass one")
+    the real tokens only, when the rows are right-padded (else the HF forward); not with ``share_prefix``.
+
+    ``group_prompt``: each distinct context (the tokens before a row's first target: a group's prompt, or prompt
+    and prefix) runs through the decoder once for all rows that share it
+    (:func:`~llm_harness.trainer.group_prompt.group_shared_hidden`), when the rows are right-padded; an alternative
+    to ``packed`` and ``share_prefix``."""
+    if sum((packed, share_prefix, group_prompt)) > 1:
+        raise ValueError("sequence_logprobs: packed, share_prefix and group_prompt are alternatives; pass one")
     decoder = model.get_decoder()
     head = model.get_output_embeddings()
     n = _shared_length(input_ids, loss_mask) if share_prefix else 0
-    if packed and right_padded(attention_mask):
+    if group_prompt and right_padded(attention_mask):
+        from llm_harness.trainer.group_prompt import group_shared_hidden
+
+        hidden = group_shared_hidden(model, input_ids, attention_mask, loss_mask)
+    elif packed and right_padded(attention_mask):
         hidden = packed_hidden(model, input_ids, attention_mask)[:, :-1]
     elif n == 0:
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]

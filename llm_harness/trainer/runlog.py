@@ -26,8 +26,9 @@ TIMING_KEYS = (
 
 
 def is_timing_key(key: str) -> bool:
-    """Wall-time metrics (the fixed ones and any plug-in's ``time_*``), which differ between identical runs."""
-    return key in TIMING_KEYS or key.startswith("time_")
+    """Wall-time and memory metrics (the fixed ones, any plug-in's ``time_*``, the ``mem_*`` peaks), which differ
+    between identical runs."""
+    return key in TIMING_KEYS or key.startswith(("time_", "mem_"))
 
 
 def _clean(v: Any) -> Any:
