@@ -87,6 +87,10 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
         "llm_harness.models.gguf_import:import_command",
         "GGUF file or named model (smollm2-135m-instruct) -> verified safetensors model folder (prints its path).",
     ),
+    "model list": CommandSpec(
+        "llm_harness.models.cache:list_command",
+        "The imported models of the cache: name and aliases (--name), folder, source, sha256, licence.",
+    ),
     "model card": CommandSpec(
         "llm_harness.model_card:card_command",
         "Card of a real model on the arithmetic ladder: pass-rate histogram at T=1, continuation vs alpha, lengths.",

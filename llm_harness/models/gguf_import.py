@@ -24,7 +24,17 @@
 6. **Publish atomically.** Everything is written into a temporary folder beside the destination
    (same file system), the manifest (:mod:`llm_harness.models.manifest`) last, then the folder
    is renamed into place: a crash leaves no half-written model folder under the final name, and of
-   two concurrent imports the first rename wins and the second verifies and reuses it.
+   two concurrent imports the first rename wins and the second verifies and reuses it. The
+   temporary is named ``.<folder>.<pid>-<random>.tmp`` and its writer holds an ``flock`` on it, so
+   the next import into the same parent folder removes the temporaries of imports that died
+   (killed mid-write: lock free and writer gone) and never those of a live one.
+
+The destination is checked before anything is converted (a path under a file, a symbolic-link loop,
+a dangling link or a folder that cannot be written is refused naming the offending path), and the
+GGUF is parsed first (a truncated or damaged file is refused naming it). ``--name`` records a short
+name for the folder in the cache (:mod:`llm_harness.models.cache`); the manifest records the licence
+(the registry's, ``--licence`` for a path, else ``unknown`` with a warning) and the provenance (was the
+source's sha256 checked against a pinned or given one: a path without ``--sha256`` is warned about).
 
 Dequantisation is exact in float32 (a Q4_1/Q8_0 block is ``scale * q + min`` with float16 scale
 and minimum), so the folder holds exactly the GGUF's model; it does not recover the unquantised
@@ -33,10 +43,13 @@ original weights.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -44,7 +57,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_harness.models.manifest import FORMAT, MANIFEST, file_entry, sha256_file, verify_folder
+from llm_harness.models.cache import check_alias_name, default_cache_dir, record_alias
+from llm_harness.models.manifest import (FORMAT, MANIFEST, _pid_alive, file_entry, record_verdict, sha256_file, verify_folder,
+                                         verify_folder_cached)
 from llm_harness.models.named import MODELS, NamedModel, locate_named_gguf
 from vsr.checks import check_number
 
@@ -56,6 +71,8 @@ __all__ = [
     "default_cache_dir",
     "import_command",
     "import_model",
+    "read_gguf_tensor_types",
+    "remove_stale_temporaries",
     "resolve_source",
 ]
 
@@ -84,10 +101,24 @@ class ImportConfig:
     """Rebuild even when a verified folder exists (the old folder is moved aside, then deleted)."""
     num_threads: int = 0
     """``torch.set_num_threads`` during the conversion; 0 leaves torch's default."""
+    name: str = ""
+    """A short name (alias) for the folder, recorded in the cache (``<cache_dir>/aliases.json``): ``vsr train`` /
+    ``vsr eval`` then accept ``--model.path NAME`` (aliases of the default cache); ``vsr model list`` shows it.
+    Empty = none."""
+    licence: str = ""
+    """Licence of the weights, recorded in the manifest; a registered model's comes from the registry, a path
+    without it is recorded as ``unknown`` (with a warning)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source:
             raise ValueError(f"source: give a registered model name ({', '.join(MODELS)}) or a .gguf path")
+        if self.name:
+            check_alias_name(self.name)
+        if not isinstance(self.licence, str) or len(self.licence) > 200 or not self.licence.isprintable():
+            raise ValueError(f"licence: give a short licence name or SPDX id (at most 200 printable characters), got {self.licence!r}")
+        if self.licence and self.source in MODELS and self.licence.strip() != MODELS[self.source].licence:
+            raise ValueError(f"licence: {self.source!r} is registered with the licence {MODELS[self.source].licence!r}; "
+                             f"drop --licence (it is only for a path source), got {self.licence!r}")
         if self.sha256 and (len(self.sha256) != 64 or any(c not in "0123456789abcdefABCDEF" for c in self.sha256)):
             raise ValueError(f"sha256: must be 64 hex digits, got {self.sha256!r}")
         check_number("num_threads", self.num_threads, 0, integer=True)
@@ -110,14 +141,6 @@ class GGUFSource:
     def folder_name(self) -> str:
         """``<name>-<first 12 hex digits of the sha256>``."""
         return f"{self.name}-{self.sha256[:12]}"
-
-
-def default_cache_dir() -> Path:
-    """``$VSR_CACHE_DIR/models``, else ``$XDG_CACHE_HOME/vsr-toolkit/models``, else ``~/.cache/vsr-toolkit/models``."""
-    if os.environ.get("VSR_CACHE_DIR"):
-        return Path(os.environ["VSR_CACHE_DIR"]).expanduser() / "models"
-    base = Path(os.environ["XDG_CACHE_HOME"]).expanduser() if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "vsr-toolkit" / "models"
 
 
 def _safe_stem(path: Path) -> str:
@@ -187,6 +210,25 @@ def _log(msg: str) -> None:
     print(f"[model import] {msg}", file=sys.stderr, flush=True)
 
 
+def read_gguf_tensor_types(path: Path) -> dict[str, int]:
+    """``{tensor type name: count}`` of the GGUF file ``path``, read with ``gguf.GGUFReader`` (metadata and the
+    tensor table; the data is only mapped). A truncated or damaged file raises one ValueError naming it."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+        types: dict[str, int] = {}
+        for t in reader.tensors:
+            types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+        del reader
+    except MemoryError:
+        raise
+    except Exception as exc:  # the reader fails on a damaged file with IndexError, ValueError, struct errors...
+        raise ValueError(f"source: {str(path)!r} is not a readable GGUF file: it is truncated or damaged "
+                         f"({path.stat().st_size} bytes; the GGUF reader says {type(exc).__name__}: {exc})") from exc
+    return dict(sorted(types.items()))
+
+
 def _probe_logits(model: Any, tokenizer: Any):
     import torch
 
@@ -209,24 +251,21 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
     Raises ValueError when the GGUF cannot be read or the round trip does not reproduce it.
     """
     _require_gguf_reader()
-    import gguf
     import torch
     import transformers
 
     folder, fname = str(gguf_path.parent), gguf_path.name
-    reader = gguf.GGUFReader(str(gguf_path))
-    tensor_types: dict[str, int] = {}
-    for t in reader.tensors:
-        tensor_types[t.tensor_type.name] = tensor_types.get(t.tensor_type.name, 0) + 1
-    del reader
+    tensor_types = read_gguf_tensor_types(gguf_path)
     t0 = time.perf_counter()
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=fname, local_files_only=True)
         loaded = transformers.AutoModelForCausalLM.from_pretrained(
             folder, gguf_file=fname, local_files_only=True, dtype=torch.float32
         )
-    except (ValueError, KeyError, RuntimeError, OSError, NotImplementedError) as exc:
-        raise ValueError(f"source: transformers cannot load {str(gguf_path)!r} as a causal LM ({type(exc).__name__}: {exc})") from None
+    except MemoryError:
+        raise
+    except Exception as exc:  # a damaged file past the reader's checks fails inside transformers in many ways
+        raise ValueError(f"source: transformers cannot load {str(gguf_path)!r} as a causal LM ({type(exc).__name__}: {exc})") from exc
     load_s = time.perf_counter() - t0
 
     # rebuild without the GGUF quantization_config: a plain float32 model of the same class
@@ -280,7 +319,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
         "model_type": config.model_type,
         "n_parameters": int(n_params),
         "dtype": "float32",
-        "gguf_tensor_types": dict(sorted(tensor_types.items())),
+        "gguf_tensor_types": tensor_types,
         "rope_theta_added": rope_added,
         "chat_template": _chat_probe(re_tok) is not None,
         "roundtrip_logits_max_abs_diff": max_diff,
@@ -323,8 +362,8 @@ def _named_record(named: NamedModel | None) -> dict[str, Any] | None:
     return {k: getattr(named, k) for k in ("distribution", "version", "package", "filename", "licence", "maintainer", "upstream")}
 
 
-def _check_cached(dest: Path, src: GGUFSource) -> dict[str, Any]:
-    manifest = verify_folder(dest)
+def _check_cached(dest: Path, src: GGUFSource, *, reuse_verified: bool = False) -> dict[str, Any]:
+    manifest = (verify_folder_cached if reuse_verified else verify_folder)(dest, field="out", advice="")
     if manifest["source"]["sha256"] != src.sha256:
         raise ValueError(
             f"out: {str(dest)!r} was imported from a GGUF with sha256 {manifest['source']['sha256']}, not from "
@@ -333,25 +372,172 @@ def _check_cached(dest: Path, src: GGUFSource) -> dict[str, Any]:
     return manifest
 
 
-def import_model(cfg: ImportConfig) -> Path:
-    """Import ``cfg.source`` (module doc) and return the verified model folder."""
+def _check_destination(dest: Path, field: str) -> None:
+    """Refuse, before anything is converted, a destination that cannot be created, naming the path at fault:
+    an ancestor that is a file, a symbolic-link loop, a dangling symbolic link, a parent that is not writable.
+    An existing ``dest`` is left to the caller."""
+    loop = None
+    for path in (dest, *dest.parents):
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                loop = path  # the highest looping component is the culprit
+                continue
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                if loop is None and os.path.islink(path) and exc.errno == errno.ENOENT:
+                    raise ValueError(f"{field}: {path} is a symbolic link to {os.readlink(path)!r}, which does not exist, "
+                                     f"so {dest} cannot be created; create its target or choose another --out") from None
+                continue
+            raise ValueError(f"{field}: cannot inspect {path} ({exc.strerror}), so {dest} cannot be created") from None
+        if loop is not None:
+            raise ValueError(f"{field}: {loop} is a symbolic link loop (following it never ends in a file or folder)"
+                             + ("" if loop == dest else f", so {dest} cannot be created")
+                             + "; remove the link or choose another --out")
+        if path == dest:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"{field}: {path} is a file, not a folder, so {dest} cannot be created under it; "
+                             "choose another --out")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{field}: cannot create {dest}: {path} is not writable")
+        return
+
+
+#: ``.<folder>.<pid>-<8 random>.tmp|.old``: a temporary of :func:`import_model` (module doc, step 6)
+_TEMP_RE = re.compile(r"\.(?P<dest>.+)\.(?P<pid>\d+)-[a-z0-9_]{8}\.(?:tmp|old)")
+#: ``.<name>-<12 hex>.<8 random>.tmp``: a temporary of an import made before temporaries carried a pid
+_LEGACY_TEMP_RE = re.compile(r"\.(?P<dest>.+-[0-9a-f]{12})\.[a-z0-9_]{8}\.tmp")
+#: files a (legacy) temporary may hold: what :func:`convert_gguf` writes
+_MODEL_FILES = re.compile(r"config\.json|generation_config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|"
+                          r"tokenizer(_config)?\.json|special_tokens_map\.json|chat_template\.(jinja|json)|added_tokens\.json|"
+                          r"vocab\.json|merges\.txt|" + re.escape(MANIFEST))
+#: a writer of a temporary whose lock is free but whose pid is alive is trusted this long (it may be between
+#: creating the folder and locking it, or the pid was reused)
+_YOUNG_S = 60.0
+#: a legacy temporary (no pid, no lock) untouched this long is a dead import's
+_LEGACY_STALE_S = 24 * 3600.0
+
+
+def _locked_temp(parent: Path, dest_name: str, suffix: str) -> tuple[Path, int | None]:
+    """A new temporary folder ``.<dest_name>.<pid>-<random><suffix>`` in ``parent`` and a file descriptor holding an
+    exclusive ``flock`` on it (``None`` where the file system has no flock: the pid alone tells liveness)."""
+    import fcntl
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest_name}.{os.getpid()}-", suffix=suffix, dir=parent))
+    try:
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return tmp, None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return tmp, None
+    return tmp, fd
+
+
+def _age_s(folder: Path) -> float:
+    """Seconds since anything in ``folder`` (itself or a direct entry) was last modified."""
+    newest = folder.lstat().st_mtime
+    for p in folder.iterdir():
+        try:
+            newest = max(newest, p.lstat().st_mtime)
+        except OSError:
+            pass
+    return time.time() - newest
+
+
+def _is_stale_temp(path: Path) -> bool:
+    import fcntl
+
+    m = _TEMP_RE.fullmatch(path.name)
+    if m is None:
+        m = _LEGACY_TEMP_RE.fullmatch(path.name)
+        return bool(m and all(_MODEL_FILES.fullmatch(p.name) and p.is_file() for p in path.iterdir())
+                    and _age_s(path) > _LEGACY_STALE_S)
+    pid = int(m["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live import holds it
+        except OSError:  # no flock here: only the pid tells
+            return not _pid_alive(pid)
+        return not _pid_alive(pid) or _age_s(path) > _YOUNG_S
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temporaries(parent: Path) -> list[Path]:
+    """Remove the temporaries of imports into ``parent`` that died mid-write (module doc, step 6; a legacy one
+    without a pid only when it holds nothing but model files untouched for a day); return them."""
+    removed = []
+    try:
+        entries = [p for p in parent.iterdir() if p.name.startswith(".") and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return removed
+    for path in entries:
+        try:
+            stale = _is_stale_temp(path)
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            if not path.exists():
+                removed.append(path)
+                _log(f"removed {path}, the temporary of an import that did not finish")
+    return removed
+
+
+def _licence(cfg: ImportConfig, src: GGUFSource) -> tuple[str, str]:
+    """``(licence, where it comes from)``: the registry's, ``--licence``, or ``unknown``."""
+    if src.named is not None:
+        return src.named.licence, "registry"
+    if cfg.licence.strip():
+        return cfg.licence.strip(), "--licence"
+    return "unknown", "unknown"
+
+
+def import_model(cfg: ImportConfig, *, reuse_verified: bool = False) -> Path:
+    """Import ``cfg.source`` (module doc) and return the verified model folder.
+
+    An existing folder is re-hashed in full, unless ``reuse_verified`` (a command loading the model): then a
+    verdict remembered for its files as they are now is reused (:func:`llm_harness.models.manifest.verify_folder_cached`).
+    """
     src = resolve_source(cfg.source, cfg.sha256)
-    dest = Path(cfg.out).expanduser() if cfg.out else (Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()) / src.folder_name
+    if src.named is None and not cfg.sha256:
+        _log(f"warning: no --sha256 given: the provenance of {src.path} is unverified (its sha256 {src.sha256} is recorded, "
+             "not checked against a published one)")
+    cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    dest = Path(cfg.out).expanduser() if cfg.out else cache / src.folder_name
     dest = dest.absolute()
+    _check_destination(dest, "out" if cfg.out else "cache_dir")
     if dest.exists() and (not dest.is_dir() or not (dest / MANIFEST).is_file()):  # never replaced, not even with --force
         raise ValueError(f"out: {str(dest)!r} exists and is not a folder written by `vsr model import`; remove it or choose another --out")
+    if not reuse_verified and dest.parent.is_dir():
+        remove_stale_temporaries(dest.parent)
     if dest.exists() and not cfg.force:
         try:
-            _check_cached(dest, src)
+            _check_cached(dest, src, reuse_verified=reuse_verified)
         except ValueError as exc:
             raise ValueError(f"{exc}; delete the folder or pass --force to rebuild it") from None
         _log(f"verified cached folder {dest}")
+        _record_name(cfg, cache, dest, src)
         return dest
     _require_gguf_reader()
+    read_gguf_tensor_types(src.path)  # a truncated or damaged GGUF is refused before anything is written
+    licence, licence_from = _licence(cfg, src)
     import torch
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    tmp, lock_fd = _locked_temp(dest.parent, dest.name, ".tmp")
     old_threads = torch.get_num_threads()
     try:
         if cfg.num_threads:
@@ -366,11 +552,20 @@ def import_model(cfg: ImportConfig) -> Path:
             "name": src.name,
             "source": {"path": str(src.path), "file": src.path.name, "sha256": src.sha256,
                        "bytes": src.path.stat().st_size, "named_model": _named_record(src.named)},
+            "licence": licence,
+            "provenance": {
+                "kind": "registered" if src.named is not None else "path",
+                "sha256_checked": src.named is not None or bool(cfg.sha256),
+                "sha256_checked_against": "registry" if src.named is not None else ("--sha256" if cfg.sha256 else None),
+                "licence_from": licence_from,
+            },
             "conversion": conversion,
             "files": files,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if licence_from == "unknown":
+            _log(f"warning: no --licence given: the licence of {src.path.name} is recorded as 'unknown' in {dest / MANIFEST}")
         umask = os.umask(0)
         os.umask(umask)
         for p in tmp.iterdir():  # flushed to disk, with the permissions a plain open() would give
@@ -378,24 +573,36 @@ def import_model(cfg: ImportConfig) -> Path:
                 os.fsync(fh.fileno())
             os.chmod(p, 0o666 & ~umask)
         os.chmod(tmp, 0o777 & ~umask)
+        record_verdict(tmp, manifest)  # the hashes just computed: loading the folder need not hash it again
         _publish(tmp, dest, src, force=cfg.force)
     finally:
         torch.set_num_threads(old_threads)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if lock_fd is not None:
+            os.close(lock_fd)
     _log(f"wrote {dest} in {conversion['seconds']:.1f} s")
+    _record_name(cfg, cache, dest, src)
     return dest
+
+
+def _record_name(cfg: ImportConfig, cache: Path, dest: Path, src: GGUFSource) -> None:
+    if cfg.name and record_alias(cache, cfg.name, dest, source=str(src.name if src.named else src.path), sha256=src.sha256,
+                                 force=cfg.force):
+        _log(f"{cfg.name!r} now names {dest} (in {cache / 'aliases.json'})")
 
 
 def _publish(tmp: Path, dest: Path, src: GGUFSource, *, force: bool) -> None:
     """Rename the finished ``tmp`` to ``dest`` (module doc, step 6)."""
     if force and dest.exists():
-        aside = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-        os.replace(dest, aside / dest.name)
+        aside, fd = _locked_temp(dest.parent, dest.name, ".old")
         try:
+            os.replace(dest, aside / dest.name)
             os.rename(tmp, dest)
         finally:
             shutil.rmtree(aside, ignore_errors=True)
+            if fd is not None:
+                os.close(fd)
         return
     try:
         os.rename(tmp, dest)

@@ -440,6 +440,15 @@ class Trainer:
             return [(idx, 1.0)]
         lengths = batch.attention_mask[idx].sum(-1)
         order = idx[torch.sort(lengths, stable=True).indices]
+        if self.cfg.run.group_prompt_once:  # rows of one context together (each chunk runs a context once)
+            from llm_harness.trainer.group_prompt import group_rows
+
+            g = group_rows(batch.input_ids[order], batch.attention_mask[order], batch.loss_mask[order]).group
+            first = {}
+            for i, gi in enumerate(g.tolist()):  # groups in the order of their shortest row
+                first.setdefault(gi, i)
+            key = torch.tensor([first[gi] for gi in g.tolist()])
+            order = order[torch.sort(key, stable=True).indices]
         full = batch.loss_mask[idx]
         return [(c, chunk_share(self.cfg.algo.loss_agg, batch.loss_mask[c], full)) for c in torch.split(order, size)]
 

@@ -118,13 +118,11 @@ def build_model(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
         return model.to(device=device, dtype=dtype), tok
     from pathlib import Path
 
-    path = Path(cfg.path)
-    from llm_harness.models.named import MODELS
+    from llm_harness.models.cache import resolve_model_folder
 
-    if cfg.path in MODELS:  # a registered real model (`vsr model import NAME`): its verified folder in the cache
-        from llm_harness.models.gguf_import import ImportConfig, import_model
-
-        path = import_model(ImportConfig(source=cfg.path))
+    # a registered real model (`vsr model import NAME`: its verified folder in the cache), a path, or an alias
+    # recorded by `vsr model import --name`
+    path = resolve_model_folder(cfg.path, "model.path")
     if not path.is_absolute() and not path.exists():
         # a repository-relative path (configs/ name checkpoints as llm_harness/testbed/...)
         alt = Path(__file__).resolve().parents[2] / path
@@ -147,10 +145,14 @@ _PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_mod
 def check_safetensors_folder(path: Any, field: str) -> None:
     """Refuse a model folder whose weights are not safetensors, before transformers sees it: its pickle loader
     would either refuse with advice to set ``weights_only=False`` (which runs whatever the pickle holds) or load
-    it. The message names the file and a safe conversion."""
+    it. The message names the file and a safe conversion. A folder written by ``vsr model import`` must match its
+    manifest (every file hashed once, the verdict remembered): a damaged or missing file is refused by name."""
     from pathlib import Path
 
+    from llm_harness.models.manifest import check_model_folder
+
     path = Path(path)
+    check_model_folder(path, field)
     if any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").is_file():
         return
     found = [n for n in _PICKLED_WEIGHTS if (path / n).is_file()]

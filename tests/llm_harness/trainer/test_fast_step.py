@@ -154,3 +154,22 @@ def test_a_step_too_large_is_refused_naming_the_field(tmp_path, monkeypatch) -> 
     with _pt.raises(ValueError, match=r"memory: one training step needs about .* set run.micro_batch_rows \d+ or less"):
         train(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_micro_batches_keep_a_context_together_and_train_the_same(tmp_path) -> None:
+    torch.set_num_threads(1)
+    whole, _ = _rows(tmp_path, "whole", steps=2, group_prompt_once=True)
+    chunked, tr = _rows(tmp_path, "chunk", steps=2, group_prompt_once=True, micro_batch_rows=4)
+    _assert_close(chunked, whole, rel=1e-4)
+    # every chunk of 4 rows holds one context (groups of 4 rows, as tiny_config samples)
+    from llm_harness.trainer.data import build_batch
+    from llm_harness.trainer.group_prompt import group_rows
+
+    from llm_harness.trainer.loop import _StepMetrics
+
+    step = tr._advantages(tr.collect_step(), _StepMetrics())
+    batch = build_batch(list(step.groups), tr.codec.pad_token_id)
+    chunks = tr._micro_batches(batch, torch.arange(batch.size))
+    for rows, _share in chunks:
+        g = group_rows(batch.input_ids[rows], batch.attention_mask[rows], batch.loss_mask[rows])
+        assert g.n_groups == 1
