@@ -84,6 +84,9 @@ class HFBackendConfig:
     """Decode over a preallocated KV cache with the model's weights as plain tensor calls
     (:mod:`llm_harness.backends.static_decode`; Qwen2-family models only, refused otherwise); logits
     equal the HF step's up to float rounding, so samples can differ in rare near ties. Off by default."""
+    autocast_bf16: bool = False
+    """Generate and score under ``torch.autocast`` to bfloat16 on the model's (float32) weights: bf16 matmuls,
+    float32 softmax and sampling (the trainer's ``run.precision: bf16``)."""
     sampler: str = "multinomial"
     """How a token is drawn from its distribution (registry ``llm_harness.backends.sampling.SAMPLERS``):
     ``multinomial`` (``torch.multinomial``; the committed results' stream) or ``inverse_cdf`` (one uniform per row
@@ -272,6 +275,14 @@ class HFBackend:
 
     # ------------------------------------------------------------------ model pieces
 
+    def _autocast(self) -> Any:
+        """bf16 autocast on the model's device when ``config.autocast_bf16``, else a no-op context."""
+        import contextlib
+
+        if not self.config.autocast_bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         z = self._head(h)
         if self._softcap:
@@ -320,7 +331,7 @@ class HFBackend:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         per_batch = max(1, self.config.max_batch_sequences // n)
         results: list[list[Sample] | None] = [None] * len(prompts)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             for start in range(0, len(order), per_batch):
                 idx = order[start : start + per_batch]
                 for i, samples in zip(idx, self._generate_batch([prompts[i] for i in idx], n, sampling, stop, gen)):
@@ -457,7 +468,7 @@ class HFBackend:
         chunk = rows_per_chunk(self._vocab_size, self.config.score_chunk_bytes, truncated=truncated)
         order = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]) + len(comps[i]))
         results: list[ScoreResult | None] = [None] * len(ctxs)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             start = 0
             while start < len(order):
                 # grow the micro-batch while rows x longest stays within the token budget

@@ -374,6 +374,14 @@ class RunConfig:
     sampler: str = "multinomial"
     """HF backend: how a token is drawn (``HFBackendConfig.sampler``): ``multinomial`` or ``inverse_cdf`` (the same
     distribution, a different random stream, faster over a large vocabulary). A resume may change it."""
+    precision: str = "float32"
+    """``float32``, or ``bf16``: sampling and the loss pass under bfloat16 autocast on the float32 weights (master
+    weights, gradients and AdamW in float32), the PPO anchor recomputed by the training pass and each token
+    weighted by the truncated ratio of training to sampling probability (``trainer.precision``, verl's decoupled
+    token-level rollout correction). Falls back to float32 with a warning where bf16 matmuls are not native (a CPU
+    without AMX-BF16 / AVX512-BF16). A compute option, so a resume may change it."""
+    rollout_is_threshold: float = 2.0
+    """bf16 mode: the truncation C of the rollout-correction weight min(π_old / π_behaviour, C) (verl's default)."""
     dry_run: bool = False
     """Build the run, print its memory estimate by part (``trainer.memory_check.estimate_step``) and the check
     against this machine's available memory, and exit without training or writing anything."""
@@ -400,6 +408,11 @@ class RunConfig:
         from llm_harness.backends.sampling import SAMPLERS
 
         SAMPLERS.check(self.sampler, "sampler")
+        _choice("precision", self.precision, ("float32", "bf16"))
+        check_number("rollout_is_threshold", self.rollout_is_threshold, 1.0)
+        if self.precision == "bf16" and self.packed_forward:
+            raise ValueError("precision: bf16 is not combined with packed_forward (its attention is float32 by design); "
+                             "use run.group_prompt_once for the loss pass")
         _choice("wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         check_number("stop_after", self.stop_after, 0, integer=True)
         check_number("micro_batch_rows", self.micro_batch_rows, 0, integer=True)

@@ -35,7 +35,8 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     static = bool(getattr(run, "static_decode", False)) and name == "hf"
     hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad,
                                                             static_decode=static, share_prefix=share_prefix,
-                                                            sampler=str(getattr(run, "sampler", "multinomial"))))
+                                                            sampler=str(getattr(run, "sampler", "multinomial")),
+                                                            autocast_bf16=_bf16(model, run)))
     if name == "hf":
         return hf
     from llm_harness.backends import VLLMBackendConfig
@@ -51,6 +52,15 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     backend = BACKENDS[name].from_config(VLLMBackendConfig(model=path, dtype=dtype), scorer=hf)
     backend.load_weights(model.state_dict())
     return backend
+
+
+def _bf16(model: Any, run: Any) -> bool:
+    """Whether ``run.precision: bf16`` is in force for ``model`` (asked for, and native on its device)."""
+    from llm_harness.trainer.precision import effective_bf16
+
+    params = list(model.parameters())
+    device = params[0].device if params else "cpu"
+    return effective_bf16(str(getattr(run, "precision", "float32")), device)[0]
 
 
 def build_trainer(cfg: TrainConfig, *, task: Any = None, extra_plugins: list | None = None) -> Any:

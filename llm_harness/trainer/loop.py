@@ -226,8 +226,12 @@ class Trainer:
         self.device = params[0].device if params else torch.device("cpu")
         self.validation_problems = None
         from llm_harness.trainer.memory_watch import PhaseMemory
+        from llm_harness.trainer.precision import effective_bf16
 
         self.memory = PhaseMemory(self.device)
+        self.bf16, why = effective_bf16(cfg.run.precision, self.device)
+        if why is not None:
+            warnings.warn(f"run.precision: bf16 falls back to float32 ({why})", stacklevel=2)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -411,15 +415,20 @@ class Trainer:
                 "share_prefix": r.share_prefix and not (run.packed_forward or run.group_prompt_once)}
 
     def _forward(self, mb: TrainBatch, *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        from llm_harness.trainer.precision import autocast
+
         r = self.cfg.rollout
-        return sequence_logprobs(
-            self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
-            temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, **self._pass_mode(),
-        )
+        with autocast(self.device, self.bf16):
+            return sequence_logprobs(
+                self.model, mb.input_ids, mb.attention_mask, mb.loss_mask,
+                temperature=r.temperature, top_p=r.top_p, with_entropy=with_entropy, **self._pass_mode(),
+            )
 
     def _no_grad_logprobs(self, model: Any, batch: TrainBatch) -> torch.Tensor:
+        from llm_harness.trainer.precision import autocast
+
         r = self.cfg.rollout
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.device, self.bf16):
             lp, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, batch.loss_mask,
                                       temperature=r.temperature, top_p=r.top_p, with_entropy=False, **self._pass_mode())
         return lp
@@ -452,7 +461,8 @@ class Trainer:
         full = batch.loss_mask[idx]
         return [(c, chunk_share(self.cfg.algo.loss_agg, batch.loss_mask[c], full)) for c in torch.split(order, size)]
 
-    def _update(self, batch: TrainBatch, step: int, old_lp: torch.Tensor, ref_lp: torch.Tensor | None) -> dict[str, float]:
+    def _update(self, batch: TrainBatch, step: int, old_lp: torch.Tensor, ref_lp: torch.Tensor | None,
+                token_weights: torch.Tensor | None = None) -> dict[str, float]:
         a, cfg = self.cfg.algo, self.cfg
         B = batch.size
         n_origins = len(ORIGINS)
@@ -474,9 +484,13 @@ class Trainer:
                         mb = batch.rows(cidx)
                         w = mb.loss_mask.shape[1]
                         lp, ent = self._forward(mb, with_entropy=True)
+                        wts = mb.weights
+                        if token_weights is not None:  # bf16's rollout correction, times any per-sample weight
+                            tw = token_weights[cidx, :w]
+                            wts = tw if wts is None else wts.to(tw.dtype)[:, None] * tw
                         out = self.objective(
                             lp, old_lp[cidx, :w], mb.advantages, mb.loss_mask, algo=a,
-                            norm_len=float(cfg.rollout.max_new_tokens), weights=mb.weights,
+                            norm_len=float(cfg.rollout.max_new_tokens), weights=wts,
                             ref_logprobs=None if ref_lp is None else ref_lp[cidx, :w],
                         )
                         loss = out.loss * share  # share 1.0 for one pass: x * 1.0 is x, bit for bit
@@ -545,16 +559,23 @@ class Trainer:
             with mem.phase("score"):
                 batch = build_batch(trained, self.codec.pad_token_id).to(self.device)
                 old_lp = batch.old_logprobs
-                if cfg.algo.old_logprobs == "recompute":  # this step's rows get the current policy's log-probs
+                tis = None
+                if cfg.algo.old_logprobs == "recompute" or self.bf16:  # this step's rows: the training pass's log-probs
                     n_fresh = sum(g.size for g in step.fresh)
                     fresh_rows = torch.arange(batch.size, device=self.device) < n_fresh
                     rec = self._no_grad_logprobs(self.model, batch)
+                    if self.bf16:  # the sampler's log-probs are the behaviour policy's: correct for the gap
+                        from llm_harness.trainer.precision import rollout_is_weights
+
+                        tis, tis_m = rollout_is_weights(rec, old_lp, batch.loss_mask, cfg.run.rollout_is_threshold,
+                                                        rows=fresh_rows)
+                        m.update(tis_m)
                     old_lp = torch.where(fresh_rows[:, None], rec, old_lp)
                 ref_lp = self._no_grad_logprobs(self.ref_model, batch) if self.ref_model is not None else None
             t_score = time.perf_counter() - t1
             t2 = time.perf_counter()
             with mem.phase("train"):
-                m.update(self._update(batch, step.index, old_lp, ref_lp))
+                m.update(self._update(batch, step.index, old_lp, ref_lp, tis))
             t_train = time.perf_counter() - t2
         else:
             m.update({"loss": float("nan"), "grad_norm": float("nan"), "entropy": float("nan"), "optimizer_steps": 0.0})

@@ -159,7 +159,7 @@ def policy_loss(
     kl_cap: float | None = None,
 ) -> PolicyLossOutput:
     """Clipped PPO surrogate (module doc). ``logprobs[B, T]``, ``old_logprobs[B, T]``, ``mask[B, T]``,
-    ``advantages[B]`` or ``[B, T]``, ``weights[B]``; DAPO clip-higher and dual clip as in Replay Table 7."""
+    ``advantages[B]`` or ``[B, T]``, ``weights[B]`` or ``[B, T]``; DAPO clip-higher and dual clip as in Replay Table 7."""
     if logprobs.ndim != 2:
         raise ValueError(f"logprobs: expected shape [B, T], got {tuple(logprobs.shape)}")
     for name, t in (("old_logprobs", old_logprobs), ("mask", mask)):
@@ -195,9 +195,7 @@ def policy_loss(
         kl = k3_kl(logprobs, ref_logprobs.to(logprobs.dtype), kl_cap)
         loss = loss + kl_coef * kl
     if weights is not None:
-        if weights.shape != (logprobs.shape[0],):
-            raise ValueError(f"weights: expected shape ({logprobs.shape[0]},), got {tuple(weights.shape)}")
-        loss = loss * weights.to(loss.dtype)[:, None]
+        loss = loss * _weight_grid(weights, logprobs).to(loss.dtype)
     m = mask.to(loss.dtype)
     return PolicyLossOutput(
         loss=aggregate(agg, loss, m, norm_len),
@@ -216,8 +214,18 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, *, agg: str = "token_me
         raise ValueError(f"mask: shape {tuple(mask.shape)} differs from logprobs {tuple(logprobs.shape)}")
     loss = -logprobs
     if weights is not None:
-        loss = loss * weights.to(loss.dtype)[:, None]
+        loss = loss * _weight_grid(weights, logprobs).to(loss.dtype)
     return aggregate(agg, loss, mask.to(loss.dtype), norm_len)
+
+
+def _weight_grid(weights: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-sample ``weights[B]`` as a ``[B, 1]`` column, or per-token ``weights[B, T]`` as they are (a sample's weight
+    times its tokens' rollout-correction weights, ``trainer.precision``); ValueError for any other shape."""
+    if weights.shape == (logprobs.shape[0],):
+        return weights[:, None]
+    if weights.shape == logprobs.shape:
+        return weights
+    raise ValueError(f"weights: expected shape ({logprobs.shape[0]},) or {tuple(logprobs.shape)}, got {tuple(weights.shape)}")
 
 
 def clip_fraction_by_origin(clipped: torch.Tensor, mask: torch.Tensor, origin: torch.Tensor,
