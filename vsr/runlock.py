@@ -8,6 +8,10 @@ The kernel drops the lock when its file descriptor closes, so a process that die
 (``kill -9`` included) frees the folder: a lock file left by a dead holder is stale and simply
 taken over. A second writer is refused with :class:`FolderBusyError` naming the holder.
 
+The lock file is opened without following a symbolic link, and anything but a plain file with one
+name (a link, a folder, a FIFO, a hard link shared with another path) is refused naming it: writing
+the holder's record must never truncate a file outside the folder.
+
 The lock is advisory: it binds processes that use it (every writing ``vsr`` command), not ``rm``.
 On a network filesystem without ``flock`` support the lock is refused with the reason rather than
 silently skipped.
@@ -17,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -44,13 +50,72 @@ def check_folder_path(folder: Path, field: str) -> None:
         raise ValueError(f"{field}: {folder} exists and is not a folder")
 
 
+#: the most bytes of a lock file read back as its holder's record
+_MAX_RECORD_BYTES = 64 * 1024
+
+#: flags of every open of a lock file: never through a symbolic link, never blocking (on a FIFO)
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
 def holder_of(folder: str | Path) -> dict[str, Any] | None:
-    """The holder recorded in ``folder``'s lock file (``None``: no file or unreadable). The record may be a
-    dead process's (a stale lock); only :meth:`FolderLock.acquire` tells whether it is held."""
+    """The holder recorded in ``folder``'s lock file (``None``: no file, not a plain file, or unreadable).
+    The record may be a dead process's (a stale lock); only :meth:`FolderLock.acquire` tells whether it is
+    held."""
     try:
-        return json.loads((Path(folder) / LOCK_NAME).read_text())
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            return json.loads(fh.read(_MAX_RECORD_BYTES))
     except (OSError, ValueError):
         return None
+
+
+def _kind_of(path: Path) -> str:
+    """What ``path`` is, in words, for a lock file that is not a plain file (without following a link)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"unusable ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return f"a symbolic link (to {os.readlink(path)!r})"
+        except OSError:
+            return "a symbolic link"
+    kinds = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    for test, name in kinds:
+        if test(st.st_mode):
+            return name
+    if st.st_nlink > 1:
+        return f"a file with {st.st_nlink} hard links (it is also reachable from another path)"
+    return "not a plain file"
+
+
+def _not_a_lock_file(path: Path, field: str) -> ValueError:
+    """The error for a lock path that must not be opened or written, naming it and what it is."""
+    return ValueError(f"{field}: the lock file {path} is {_kind_of(path)}; a run folder's lock must be a plain "
+                      "file of its own, since the lock record is written into it (through a link it would overwrite "
+                      f"another file): remove {path} and run again")
+
+
+def _open_lock_file(path: Path, field: str) -> int:
+    """A read-write descriptor of lock file ``path`` (created if missing), opened without following a
+    symbolic link; anything but a plain file with a single name is refused (:func:`_not_a_lock_file`)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EMLINK):
+            raise _not_a_lock_file(path, field) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        raise _not_a_lock_file(path, field)
+    return fd
 
 
 def _describe(holder: dict[str, Any] | None) -> str:
@@ -85,7 +150,7 @@ class FolderLock:
         self.created = not self.folder.exists()
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path, self.field)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
