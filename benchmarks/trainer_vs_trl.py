@@ -85,19 +85,32 @@ CONTENDERS = {
     "ours_static": "this trainer with run.static_decode (llm_harness/backends/static_decode.py)",
     "ours_fast": "this trainer with run.static_decode and run.micro_batch_rows (fast_micro_batch_rows)",
     "ours_packed": "this trainer with run.static_decode and run.packed_forward (llm_harness/trainer/packed_forward.py)",
-    "trl": "TRL GRPOTrainer",
+    "ours_lean": "the lean step at equal work (groups kept): static decode, inverse-CDF sampler, each group's prompt "
+                 "once in the loss pass, fused AdamW; float32",
+    "ours_lean_bf16": "ours_lean with run.precision bf16 (bf16 autocast, float32 master weights, rollout correction)",
+    "trl": "TRL GRPOTrainer (float32)",
+    "trl_bf16": "TRL GRPOTrainer with bf16=True (its default precision)",
 }
-#: our contenders' trainer options: (zero-variance filter, static decode, micro-batched loss pass, packed forward)
-OURS_OPTIONS = {
-    "ours": (True, False, False, False),
-    "ours_no_filter": (False, False, False, False),
-    "ours_static": (True, True, False, False),
-    "ours_fast": (True, True, True, False),
-    "ours_packed": (True, True, False, True),
+_LEAN = {"static_decode": True, "sampler": "inverse_cdf", "group_prompt_once": True, "fused_optimizer": True}
+#: our contenders: (zero-variance filter, RunConfig overrides; "micro": run.micro_batch_rows = fast_micro_batch_rows)
+OURS_OPTIONS: dict[str, tuple[bool, dict[str, Any]]] = {
+    "ours": (True, {}),
+    "ours_no_filter": (False, {}),
+    "ours_static": (True, {"static_decode": True}),
+    "ours_fast": (True, {"static_decode": True, "micro": True}),
+    "ours_packed": (True, {"static_decode": True, "packed_forward": True}),
+    "ours_lean": (False, dict(_LEAN)),
+    "ours_lean_bf16": (False, {**_LEAN, "precision": "bf16"}),
 }
+#: TRL contenders -> bf16
+TRL_CONTENDERS = {"trl": False, "trl_bf16": True}
+#: contenders whose GEMM limit is the bf16 rate
+BF16_CONTENDERS = ("ours_lean_bf16", "trl_bf16")
 #: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
 RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("trl", "ours_fast"), ("trl", "ours_packed"),
-          ("ours", "ours_static"), ("ours", "ours_fast"), ("ours_static", "ours_packed"))
+          ("ours", "ours_static"), ("ours", "ours_fast"), ("ours_static", "ours_packed"), ("trl", "ours_lean"),
+          ("trl_bf16", "ours_lean_bf16"), ("ours_no_filter", "ours_lean"), ("ours_lean", "ours_lean_bf16"),
+          ("trl", "trl_bf16"))
 
 
 @dataclass(frozen=True)
@@ -259,7 +272,8 @@ def model_shapes(model: Any) -> ModelShapes:
                        int(c.num_attention_heads * head_dim))
 
 
-def step_flops(shapes: ModelShapes, generated: list[tuple[int, list[int]]], trained: list[tuple[int, int]]) -> dict:
+def step_flops(shapes: ModelShapes, generated: list[tuple[int, list[int]]], trained: list[tuple[int, int]],
+               shared_contexts: list[int] | None = None) -> dict:
     """Useful FLOPs of one step.
 
     ``generated``: per group ``(context length P, [response lengths R_i])``; the context is prefilled
@@ -268,6 +282,9 @@ def step_flops(shapes: ModelShapes, generated: list[tuple[int, list[int]]], trai
     head runs on the last prefill position and on every decode forward.
     ``trained``: per trained sequence ``(context length, response length)``: forward over all
     positions, head on the response positions, backward = 2 x forward.
+    ``shared_contexts`` (the trained groups' start-state context lengths): the loss pass's useful work runs each
+    group's context once (``run.group_prompt_once`` does exactly that work, so the unshared pass's repeats of the
+    context are not counted as useful); ``train_flops`` then subtracts the repeats' linear-layer FLOPs.
     """
     lin, head = shapes.linear_flops_per_token, shapes.head_flops_per_token
     dec = pre = 0
@@ -281,16 +298,20 @@ def step_flops(shapes: ModelShapes, generated: list[tuple[int, list[int]]], trai
     for P, R in trained:
         L = P + R
         fwd += L * lin + sum(shapes.attn_flops(p + 1) for p in range(L)) + R * head
+    if shared_contexts is not None:
+        n_rows = len(trained)
+        rows_per_group = n_rows / max(1, len(shared_contexts))
+        fwd -= sum((rows_per_group - 1) * P * lin for P in shared_contexts)
     # ``decode_flops`` includes the prefill; ``prefill_flops`` is that part (it runs at a prefill GEMM shape)
     return {"decode_flops": float(dec), "prefill_flops": float(pre), "train_flops": float(3 * fwd)}
 
 
-def _time_mm(m: int, k: int, n: int, repeats: int) -> float:
-    """Best seconds of one ``[m, k] @ [k, n]`` (float32, current torch threads): the fastest of ``repeats``
+def _time_mm(m: int, k: int, n: int, repeats: int, dtype: torch.dtype = torch.float32) -> float:
+    """Best seconds of one ``[m, k] @ [k, n]`` (``dtype``, current torch threads): the fastest of ``repeats``
     timings, each over enough back-to-back calls to last >= 1 ms (a limit is a best case, so the
     fastest timing, not the median, is the one a busy machine distorts least)."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    out = torch.empty(m, n)
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    out = torch.empty(m, n, dtype=dtype)
     for _ in range(3):
         torch.mm(a, b, out=out)
     inner = 1
@@ -310,7 +331,7 @@ def _time_mm(m: int, k: int, n: int, repeats: int) -> float:
     return best
 
 
-def gemm_rate(shapes: ModelShapes, rows: int, repeats: int, *, backward: bool) -> float:
+def gemm_rate(shapes: ModelShapes, rows: int, repeats: int, *, backward: bool, dtype: torch.dtype = torch.float32) -> float:
     """FLOP/s of the model's matmuls at ``rows`` rows: the forward shapes ``[rows, in] @ [in, out]`` and,
     with ``backward``, the two gradient shapes (``[rows, out] @ [out, in]``, ``[in, rows] @ [rows, out]``),
     each weighted by how often a token meets it; the head included."""
@@ -320,7 +341,7 @@ def gemm_rate(shapes: ModelShapes, rows: int, repeats: int, *, backward: bool) -
         mats = [(rows, i, o)] + ([(rows, o, i), (i, rows, o)] if backward else [])
         for m, k, n in mats:
             flops += 2.0 * m * k * n * c
-            secs += _time_mm(m, k, n, repeats) * c
+            secs += _time_mm(m, k, n, repeats, dtype) * c
     return flops / secs
 
 
@@ -331,8 +352,8 @@ def _load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, static: bool, evaluate: bool,
-          micro_batch_rows: int = 0, packed: bool = False) -> dict:
+def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, run_over: dict[str, Any],
+          evaluate: bool, name: str = "ours") -> dict:
     from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
     from llm_harness.trainer.entry import build_backend
     from llm_harness.trainer.loop import Trainer
@@ -348,9 +369,9 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
                               verify_timeout_s=0),
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
-        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"ours_{int(filter_zero)}{int(static)}{int(packed)}_mb{micro_batch_rows}"),
-                      checkpoint_every=0,
-                      progress=False, static_decode=static, micro_batch_rows=micro_batch_rows, packed_forward=packed),
+        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"run_{name}"), checkpoint_every=0, progress=False,
+                      micro_batch_rows=cfg.fast_micro_batch_rows if run_over.get("micro") else 0,
+                      **{k: v for k, v in run_over.items() if k != "micro"}),
     )
     rec = Recorder()
     backend = build_backend(model, tok, tcfg)
@@ -366,6 +387,8 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
 
     backend.generate = timed_generate
     tr = Trainer(tcfg, model=model, tokenizer=tok, backend=backend, task=task, extra_plugins=[rec])
+    if tcfg.run.precision == "bf16" and not tr.bf16:
+        raise RuntimeError(f"{name}: bf16 is not native on this machine ({tr.device}); drop the bf16 contenders")
     rows, decodes, walls = [], [], []
     threads_seen = set()
     for _ in range(n_steps):
@@ -384,7 +407,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         flops["prefill_tokens"] += sum(len(g.start.context_ids) for g in st.groups) / len(steps)
         gen = [(len(g.start.context_ids), [len(r) for r in g.response_ids]) for g in st.groups]
         trn = [(len(g.context(i)), len(g.response_ids[i])) for g in st.trained for i in range(g.size)]
-        f = step_flops(shapes, gen, trn)
+        f = step_flops(shapes, gen, trn, shared_contexts=[len(g.start.context_ids) for g in st.trained])
         for k in f:
             flops[k] += f[k] / len(steps)
     split = {k: sum(r[k] for r in timed) / cfg.steps for k in ("time_generate_s", "time_score_s", "time_train_s",
@@ -401,6 +424,10 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
         "decode_rows": cfg.prompts * cfg.group_size,
         "static_decode": bool(tr.backend.config.static_decode),
         "packed_forward": bool(tcfg.run.packed_forward),
+        "run_options": {k: v for k, v in run_over.items()},
+        "bf16": bool(tr.bf16),
+        "peak_rss_gb": max(tr.memory.peaks.values(), default=0) / 2**30,
+        "mismatch_logp_mean": (sum(r.get("mismatch_logp_mean", 0.0) for r in timed) / len(timed)) if tr.bf16 else None,
         "micro_batch_rows": int(tcfg.run.micro_batch_rows),
         "torch_threads": sorted(threads_seen),
         "trained_tokens": sum(sum(len(g.context(i)) + len(g.response_ids[i]) for g in st.trained for i in range(g.size))
@@ -412,7 +439,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
     return out
 
 
-def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) -> dict:
+def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool, bf16: bool = False) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -460,9 +487,9 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
         disable_dropout=True,
         gradient_checkpointing=False,
         # TRL defaults to bf16 autocast (``bf16 = not fp16``), also on CPU: on a CPU without bf16 GEMMs
-        # (``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` False, as on this AVX2 box) every matmul takes a
-        # slow fallback, and the arithmetic would differ from ours (float32) anyway
-        bf16=False,
+        # (``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` False, as on an AVX2 machine) every matmul takes a
+        # slow fallback; the float32 contender compares float32 with float32, ``trl_bf16`` bf16 with our bf16 mode
+        bf16=bf16,
         fp16=False,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok)
@@ -498,8 +525,9 @@ def _trl(path: Path, task, cfg: TrlBenchConfig, seed: int, *, evaluate: bool) ->
 
     trainer.add_callback(StepClock())
     precision = str(trainer.accelerator.mixed_precision)
-    if precision != "no":
-        raise RuntimeError(f"TRL runs under mixed precision {precision!r}; the comparison needs float32 on both sides")
+    if precision != ("bf16" if bf16 else "no"):
+        raise RuntimeError(f"TRL runs under mixed precision {precision!r}; this contender needs "
+                           f"{'bf16' if bf16 else 'float32 (no mixed precision)'}")
     trainer.train()
     if len(per_step) != n_steps:
         raise RuntimeError(f"TRL ran {len(per_step)} optimizer steps, expected {n_steps}")
@@ -546,13 +574,14 @@ def _summary(runs: list[dict], cfg: TrlBenchConfig, limit: dict) -> dict:
             q = [x["s_per_step"] / y["s_per_step"] for x, y in zip(by[a], by[b])]  # same repeat
             s["ratios"][f"{a}/{b}"] = {"median": statistics.median(q), "min": min(q), "max": max(q), "per_repeat": q}
     for c, rs in by.items():
-        if c == "trl" or not limit:
+        if c in TRL_CONTENDERS or not limit:
             continue
+        rates = limit.get("bf16", limit) if c in BF16_CONTENDERS else limit
         for r in rs:
             pre = r.get("prefill_flops", 0.0)
-            r["limit_s"] = (pre / limit.get("prefill_flops_per_s", limit["decode_flops_per_s"])
-                            + (r["decode_flops"] - pre) / limit["decode_flops_per_s"]
-                            + r["train_flops"] / limit["train_flops_per_s"])
+            r["limit_s"] = (pre / rates.get("prefill_flops_per_s", rates["decode_flops_per_s"])
+                            + (r["decode_flops"] - pre) / rates["decode_flops_per_s"]
+                            + r["train_flops"] / rates["train_flops_per_s"])
             r["limit_fraction"] = r["limit_s"] / r["s_per_step"]
         fr = [r["limit_fraction"] for r in rs]
         s.setdefault("limit_fraction", {})[c] = {"median": statistics.median(fr), "min": min(fr), "max": max(fr)}
@@ -564,7 +593,7 @@ def run(cfg: TrlBenchConfig) -> int:
     from llm_harness.tasks import get_task
 
     torch.set_num_threads(cfg.threads)
-    if "trl" in cfg.contenders:
+    if set(TRL_CONTENDERS) & set(cfg.contenders):
         try:
             import trl  # noqa: F401
         except ImportError:
@@ -595,12 +624,12 @@ def run(cfg: TrlBenchConfig) -> int:
         for c in cfg.contenders:
             la = _load_avg()
             ev = bool(cfg.eval_problems) and r == 0
-            if c == "trl":
-                res = _trl(path, task, cfg, cfg.seed + r, evaluate=ev)
+            if c in TRL_CONTENDERS:
+                res = _trl(path, task, cfg, cfg.seed + r, evaluate=ev, bf16=TRL_CONTENDERS[c])
             else:
-                filter_zero, static, micro, packed = OURS_OPTIONS[c]
-                res = _ours(path, task, cfg, cfg.seed + r, filter_zero=filter_zero, static=static, evaluate=ev,
-                            micro_batch_rows=cfg.fast_micro_batch_rows if micro else 0, packed=packed)
+                filter_zero, run_over = OURS_OPTIONS[c]
+                res = _ours(path, task, cfg, cfg.seed + r, filter_zero=filter_zero, run_over=run_over, evaluate=ev,
+                            name=c)
             res.update({"contender": c, "repeat": r, "seed": cfg.seed + r, "load_before": la, "load_after": _load_avg()})
             if res["torch_threads"] != [cfg.threads]:
                 raise RuntimeError(f"{c}: ran with torch threads {res['torch_threads']}, not {cfg.threads}")
@@ -608,7 +637,7 @@ def run(cfg: TrlBenchConfig) -> int:
             print(f"repeat {r} {c:15s} s/step={res['s_per_step']:.4f}  load {la[0]:.2f} -> {res['load_after'][0]:.2f}",
                   file=sys.stderr)
     # the GEMM limit at the shapes of our step (decode rows; trained tokens, forward + backward)
-    ours = [x for x in runs if x["contender"] != "trl"]
+    ours = [x for x in runs if x["contender"] not in TRL_CONTENDERS]
     limit: dict[str, Any] = {}
     if ours:
         tokens = max(1, int(round(statistics.median(x["trained_tokens"] for x in ours))))
@@ -618,6 +647,13 @@ def run(cfg: TrlBenchConfig) -> int:
                  "prefill_flops_per_s": gemm_rate(shapes, prefill, cfg.gemm_repeats, backward=False),
                  "decode_flops_per_s": gemm_rate(shapes, cfg.prompts * cfg.group_size, cfg.gemm_repeats, backward=False),
                  "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True)}
+        if any(c in BF16_CONTENDERS for c in cfg.contenders):  # the bf16 rates at the same shapes, same run
+            bf = torch.bfloat16
+            limit["bf16"] = {"dtype": "bfloat16",
+                             "prefill_flops_per_s": gemm_rate(shapes, prefill, cfg.gemm_repeats, backward=False, dtype=bf),
+                             "decode_flops_per_s": gemm_rate(shapes, cfg.prompts * cfg.group_size, cfg.gemm_repeats,
+                                                             backward=False, dtype=bf),
+                             "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True, dtype=bf)}
     summary = _summary(runs, cfg, limit)
     load1 = _load_avg()
     busy = max(load0[0], load1[0], *(x["load_before"][0] for x in runs), *(x["load_after"][0] for x in runs))
@@ -656,7 +692,7 @@ def format_report(res: dict, cfg: TrlBenchConfig) -> str:
     split_trl = ("decode_s", "generate_s", "reward_s", "score_other_s", "train_s")
     for c in cfg.contenders:
         rs = [r for r in res["runs"] if r["contender"] == c]
-        keys = split_trl if c == "trl" else split_ours
+        keys = split_trl if c in TRL_CONTENDERS else split_ours
         med = {k: statistics.median(r[k] for r in rs) for k in keys}
         lines.append(f"{c:15s} split (median s/step): " + "  ".join(f"{k}={v:.4f}" for k, v in med.items()))
     lim = res["limit"]
@@ -665,6 +701,10 @@ def format_report(res: dict, cfg: TrlBenchConfig) -> str:
                      f"prefill {lim.get('prefill_flops_per_s', float('nan')) / 1e9:.2f} GFLOP/s at "
                      f"{lim.get('prefill_rows')} rows, decode {lim['decode_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['decode_rows']} rows, train "
                      f"{lim['train_flops_per_s'] / 1e9:.2f} GFLOP/s at {lim['train_rows']} rows")
+        if "bf16" in lim:
+            b = lim["bf16"]
+            lines.append(f"GEMM limit bf16 (same shapes): prefill {b['prefill_flops_per_s'] / 1e9:.2f}, decode "
+                         f"{b['decode_flops_per_s'] / 1e9:.2f}, train {b['train_flops_per_s'] / 1e9:.2f} GFLOP/s")
     for c, q in s.get("limit_fraction", {}).items():
         rs = [r for r in res["runs"] if r["contender"] == c]
         lines.append(f"{c:15s} {statistics.median(r['decode_flops'] for r in rs) / 1e9:.3f} GFLOP decode + "

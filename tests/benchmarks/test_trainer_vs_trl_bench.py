@@ -71,3 +71,31 @@ def test_interleaved_runs_and_summary(tmp_path):
         assert a["gen_new_tokens"] == b["gen_new_tokens"] and a["train_reward"] == b["train_reward"]
     assert res["limit"]["decode_flops_per_s"] > 0 and isinstance(res["loaded_machine"], bool)
     assert out.with_suffix(".config.yaml").is_file()
+
+
+def test_shared_context_flops_count_the_context_once_per_group():
+    sh = ModelShapes({(4, 8): 1, (8, 4): 1}, head=(4, 10), layers=2, attn_width=4)
+    lin = 2 * 32 * 2
+    plain = step_flops(sh, [(3, [1, 3])], [(3, 1), (3, 3)])
+    shared = step_flops(sh, [(3, [1, 3])], [(3, 1), (3, 3)], shared_contexts=[3])
+    assert plain["train_flops"] - shared["train_flops"] == 3 * (3 * lin)  # one repeat of a 3-token context
+
+
+def test_lean_contenders_run_and_report(tmp_path):
+    from llm_harness.trainer.precision import bf16_support
+
+    torch.set_num_threads(1)
+    out = tmp_path / "bench.json"
+    order = ("ours_no_filter", "ours_lean") + (("ours_lean_bf16",) if bf16_support("cpu") is None else ())
+    cfg = TrlBenchConfig(contenders=order, repeats=1, steps=1, warmup_steps=1, prompts=2, group_size=2,
+                         max_new_tokens=6, eval_problems=0, threads=1, gemm_repeats=1, out=str(out))
+    assert run(cfg) == 0
+    res = json.loads(out.read_text())
+    by = {r["contender"]: r for r in res["runs"]}
+    assert by["ours_lean"]["run_options"]["group_prompt_once"] and not by["ours_lean"]["bf16"]
+    assert by["ours_lean"]["peak_rss_gb"] > 0
+    assert "ours_no_filter/ours_lean" in res["summary"]["ratios"]
+    if "ours_lean_bf16" in by:
+        assert by["ours_lean_bf16"]["bf16"] and by["ours_lean_bf16"]["mismatch_logp_mean"] > 0
+        assert res["limit"]["bf16"]["train_flops_per_s"] > 0
+        assert "ours_lean/ours_lean_bf16" in res["summary"]["ratios"]
