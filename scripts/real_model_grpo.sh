@@ -21,5 +21,5 @@ resume=false; [ -d "$RUN" ] && resume=true
 /usr/bin/time -v -o "$OUT/train_time.txt" "$PY" -m vsr train --config configs/real_smollm2_vsr_grpo.yaml \
     --model.path "$MODEL" --model.backend "$BACKEND" --run.run-dir "$RUN" --run.progress false --run.resume "$resume"
 "$PY" -m vsr eval --run-dir "$RUN" "${EVAL[@]}" --out-dir "$OUT/eval_after"
-cp configs/real_smollm2_vsr_grpo.yaml "$RUN/metrics.jsonl" "$OUT/"
+cp configs/real_smollm2_vsr_grpo.yaml "$RUN/metrics.jsonl" "$RUN/memory.json" "$OUT/"
 "$PY" scripts/real_model_grpo_report.py --out "$OUT" --backend "$BACKEND"

@@ -25,6 +25,39 @@ def _peak_rss_mib(path: Path) -> float | None:
     return int(m.group(1)) / 1024 if m else None
 
 
+def _run_options(out: Path) -> dict:
+    """The speed/precision options of the run's config (``run.*``) as the saved config states them."""
+    import yaml
+
+    cfg = out / "real_smollm2_vsr_grpo.yaml"
+    if not cfg.is_file():
+        return {}
+    run = (yaml.safe_load(cfg.read_text()) or {}).get("run", {}) or {}
+    keys = ("static_decode", "sampler", "group_prompt_once", "fused_optimizer", "micro_batch_rows", "precision")
+    return {k: run[k] for k in keys if k in run}
+
+
+def _memory_lines(mem: dict | None) -> str:
+    """The trainer's memory.json as README bullets (fixed parts, peak by phase)."""
+    if not mem:
+        return ""
+    fixed = ", ".join(f"{k} {v:.2f}" for k, v in mem["fixed_gb"].items())
+    peaks = ", ".join(f"{k} {v:.2f}" for k, v in mem["peak_gb"].items())
+    kind = "peak RSS" if mem["kind"] == "peak_rss" else "peak allocated"
+    return (f"* memory by part (the trainer's memory.json, GiB): {fixed}; {kind} by phase, largest over the run: {peaks}"
+            f"{'' if mem.get('exact', True) else ' (cumulative: the peak could not be reset)'}\n")
+
+
+def _memory_reading(backend: str, mem: dict | None) -> str:
+    if mem:
+        return ("* Where the memory goes is in the memory bullet above: the fixed parts (weights, gradients, AdamW's "
+                "two moments) and each phase's peak (sampling with its KV cache, the old-log-prob pass, the loss pass "
+                "with its activations and logits).")
+    return ("* The peak memory is high for a 135M model: the policy with its Adam state (~1.6 GB)"
+            + (", the vLLM engine with its 2 GiB KV cache and weights" if backend == "vllm" else "")
+            + ", and the loss pass's log-probabilities over a 49,152-token vocabulary; not broken down here.")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -68,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         "vsr_replayed_per_update_mean": statistics.mean(r.get("vsr_replayed") or 0 for r in rows),
         "s_per_step_median": statistics.median(step_s), "s_per_step_min": min(step_s), "s_per_step_max": max(step_s),
         "time_split_median_s": split, "peak_rss_mib": _peak_rss_mib(out / "train_time.txt"),
+        "memory": json.loads((out / "memory.json").read_text()) if (out / "memory.json").is_file() else None,
+        "run_options": _run_options(out),
     }
     write_text(out / "summary.json", json.dumps(summary, indent=2))
     f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
@@ -105,21 +140,19 @@ updates, {summary['reward_mean_last5']:.3f} over the last five.
 * s/step: median {summary['s_per_step_median']:.1f} [{summary['s_per_step_min']:.1f}, {summary['s_per_step_max']:.1f}];
   median split (s): {sp}
 * peak resident memory of the training process: {summary['peak_rss_mib'] or float('nan'):.0f} MiB (GNU time)
+{_memory_lines(summary['memory'])}* run options: {', '.join(f'{k_} {v}' for k_, v in summary['run_options'].items()) or 'the defaults'}
 {('* machine: ' + a.load) if a.load else ''}
 
 ## Reading
 
 * What this run shows: the trainer, a plug-in (VSR's cold-start buffer of reference-solution prefixes) and
-  evaluation work end to end on a real tokenizer and chat template, with weights synced into vLLM after every
-  update. One seed and 20 updates: the accuracy change is a paired interval over the 260 test prompts (the
+  evaluation work end to end on a real tokenizer and chat template{', with weights synced into vLLM after every update' if a.backend == 'vllm' else ''}. One seed and 20 updates: the accuracy change is a paired interval over the 260 test prompts (the
   sampling noise of the evaluation), not over training seeds.
 * Responses got shorter ({summary['length_before']:.1f} -> {summary['length_after']:.1f} tokens) while most
   samples of the base model ran into the 48-token budget (figures/real_model/card), so part of the gain can be
   the policy learning to finish inside the budget rather than to compute better; the ladder's verifier reads the
   last number of a response (figures/real_model/card says how often a correct sample states its answer).
-* The peak memory is high for a 135M model: the policy with its Adam state (~1.6 GB), the vLLM engine with its
-  2 GiB KV cache and weights, and the loss pass's log-probabilities over a 49,152-token vocabulary; not
-  broken down here.
+{_memory_reading(a.backend, summary['memory'])}
 """
     write_text(out / "README.md", readme)
     print(readme)
