@@ -522,9 +522,8 @@ class Trainer:
         finally:
             self.model.eval()
         m: dict[str, float] = {
-            "loss": float(np.mean(losses)) if losses else float("nan"),
-            "grad_norm": float(np.mean(norms)) if norms else float("nan"),
-            "entropy": ent_sum / ent_n if ent_n else float("nan"),
+            **({"loss": float(np.mean(losses)), "grad_norm": float(np.mean(norms))} if losses else {}),
+            **({"entropy": ent_sum / ent_n} if ent_n else {}),
             "optimizer_steps": float(len(losses)),
             "clip_frac": float(clip_c.sum() / clip_t.sum()) if clip_t.sum() > 0 else float("nan"),
             "dual_clip_frac": dual_c / float(clip_t.sum()) if clip_t.sum() > 0 else float("nan"),
@@ -577,8 +576,8 @@ class Trainer:
             with mem.phase("train"):
                 m.update(self._update(batch, step.index, old_lp, ref_lp, tis))
             t_train = time.perf_counter() - t2
-        else:
-            m.update({"loss": float("nan"), "grad_norm": float("nan"), "entropy": float("nan"), "optimizer_steps": 0.0})
+        else:  # no update: loss, gradient norm and entropy are absent (not NaN), optimizer_steps says why
+            m["optimizer_steps"] = 0.0
         m["lr"] = float(self.scheduler.get_last_lr()[0])
         with warnings.catch_warnings():  # a step without an update still advances the schedule
             warnings.simplefilter("ignore", UserWarning)
@@ -747,7 +746,8 @@ class Trainer:
                 writer.log(m)
                 rows.append(m)
                 self._write_memory(first=len(rows) == 1)
-                bar.set_postfix(acc=f"{m.get('accuracy', float('nan')):.3f}", loss=f"{m.get('loss', float('nan')):.3g}")
+                bar.set_postfix(acc=f"{m.get('accuracy', float('nan')):.3f}",
+                                loss=f"{m['loss']:.3g}" if "loss" in m else "no update")
                 every = cfg.run.checkpoint_every
                 if (every and self.step % every == 0) or self.step == cfg.steps:
                     self.save()

@@ -173,3 +173,22 @@ def test_micro_batches_keep_a_context_together_and_train_the_same(tmp_path) -> N
     for rows, _share in chunks:
         g = group_rows(batch.input_ids[rows], batch.attention_mask[rows], batch.loss_mask[rows])
         assert g.n_groups == 1
+
+
+def test_a_step_without_an_update_has_no_loss(tmp_path) -> None:
+    """With nothing to train (every group dropped by a filter), loss, gradient norm and entropy are absent, not NaN."""
+    from llm_harness.trainer.plugins import GroupFilter
+    from llm_harness.trainer.step import Kept
+
+    class DropAll(GroupFilter):
+        def keep(self, step, ctx):
+            return Kept(indices=())
+
+    torch.set_num_threads(1)
+    tr = make_trainer(str(tmp_path / "r"), extra_plugins=[DropAll()])
+    try:
+        m = tr.train_step()
+    finally:
+        tr.close()
+    assert m["optimizer_steps"] == 0.0
+    assert not ({"loss", "grad_norm", "entropy"} & set(m))
