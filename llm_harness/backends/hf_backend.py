@@ -201,9 +201,15 @@ class HFBackend:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, config: HFBackendConfig | None = None) -> "HFBackend":
-        """Load model (and tokenizer when one is saved alongside) with ``from_pretrained``."""
+        """Load model (and tokenizer when one is saved alongside) with ``from_pretrained``. A local folder with an
+        import manifest (``vsr model import``) is verified against it first (a damaged file is refused, naming it)."""
         import transformers
 
+        local = Path(name_or_path)
+        if local.is_dir():
+            from llm_harness.models.manifest import check_model_folder
+
+            check_model_folder(local, "model")
         config = config or HFBackendConfig(model=name_or_path)
         device = _resolve_device(config.device)
         # transformers >= 5 calls the dtype argument `dtype`; 4.x calls it `torch_dtype`
@@ -212,7 +218,6 @@ class HFBackend:
             name_or_path, local_files_only=config.local_files_only, **{dtype_kw: _DTYPES[config.dtype]}
         ).to(device)
         tokenizer = None  # token-id-only use (e.g. a custom character tokenizer saved elsewhere)
-        local = Path(name_or_path)
         # A local folder without tokenizer files would otherwise yield a default, empty tokenizer.
         if not local.is_dir() or any((local / f).exists() for f in _TOKENIZER_FILES):
             try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
-from llm_harness.compare.suite import SUITES, Regime, Suite, run_mapping
+from llm_harness.compare.suite import SUITES, Method, Regime, Suite, method_mapping, run_mapping
 from vsr.checks import check_number
 
 __all__ = ["DEFAULT_SIZES", "QUICK_POOL", "QUICK_SIZES", "CompareConfig", "Job", "compatible", "is_done", "location_free",
@@ -31,6 +31,16 @@ DEFAULT_SIZES = {"seeds": 3, "steps": 40, "eval_problems": 128, "eval_k": 8, "ev
 QUICK_SIZES = {"seeds": 1, "steps": 3, "eval_problems": 16, "eval_k": 2, "eval_every": 3}
 #: pool selection at smoke-test sizes
 QUICK_POOL = {"candidates": 24, "samples": 4, "max_successes": 3, "size": 8}
+
+
+def _size_limits() -> dict[str, int]:
+    """Upper bounds of the size flags, checked when the options are built (before any job is planned): the trainer's
+    :data:`~llm_harness.trainer.config.LIMITS` where a flag sets a training field, and 1,000 seeds (a plan holds
+    seeds x methods x regimes jobs) and 1,024 worker processes."""
+    from llm_harness.trainer.config import LIMITS
+
+    return {"seeds": 1_000, "steps": LIMITS["steps"], "eval_problems": LIMITS["validation_problems"],
+            "eval_k": LIMITS["validation_k"], "eval_every": LIMITS["steps"], "workers": 1_024}
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,8 @@ class CompareConfig:
     report_only: bool = False
     """Do not train; rebuild the report from the runs already in ``out``."""
     quick: bool = False
-    """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples (and a tiny prompt pool)."""
+    """Smoke-test sizes: 1 seed, 3 steps, 16 problems x 2 samples (and a tiny prompt pool); a size flag given
+    with it (``--seeds``, ``--steps``, ``--eval-problems``, ``--eval-k``, ``--eval-every``) wins."""
     retrain: bool = True
     """A damaged or mismatched record (checksum, row count, configuration: ``llm_harness.compare.records``) is named
     and its job trained again; ``--no-retrain`` refuses instead."""
@@ -76,11 +87,12 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         s = SUITES.lookup(self.suite, "suite")
+        limits = _size_limits()
         for name in ("seeds", "steps", "eval_problems", "eval_k", "workers"):
             if getattr(self, name) is not None:
-                check_number(name, getattr(self, name), 1, integer=True)
+                check_number(name, getattr(self, name), 1, limits[name], integer=True)
         if self.eval_every is not None:
-            check_number("eval_every", self.eval_every, 0, integer=True)
+            check_number("eval_every", self.eval_every, 0, limits["eval_every"], integer=True)
         EXECUTORS.check(self.executor, "executor")
         bad = sorted(set(self.methods) - {m.name for m in s.methods})
         if bad:
@@ -122,12 +134,13 @@ class CompareConfig:
 
     def sizes_for(self, regime: str | None) -> dict[str, int]:
         """Resolved sizes of one regime: flag, else the regime's (``Regime.sizes``), else the suite's, else
-        :data:`DEFAULT_SIZES` (``--quick``: :data:`QUICK_SIZES` for every regime)."""
+        :data:`DEFAULT_SIZES` (``--quick``: a flag, else :data:`QUICK_SIZES`, for every regime)."""
         if self.quick:
-            return dict(QUICK_SIZES)
-        suite = SUITES[self.suite]
-        own = next((dict(r.sizes) for r in suite.regimes if r.name == regime), {}) if regime is not None else {}
-        z = {**DEFAULT_SIZES, **dict(suite.sizes), **own}
+            z = dict(QUICK_SIZES)
+        else:
+            suite = SUITES[self.suite]
+            own = next((dict(r.sizes) for r in suite.regimes if r.name == regime), {}) if regime is not None else {}
+            z = {**DEFAULT_SIZES, **dict(suite.sizes), **own}
         for k in z:
             if getattr(self, k) is not None:
                 z[k] = int(getattr(self, k))
@@ -209,16 +222,29 @@ def plan_jobs(cfg: CompareConfig) -> list[Job]:
         z = sizes[r.name]
         return dict(steps=z["steps"], eval_problems=z["eval_problems"], eval_k=z["eval_k"], eval_every=z["eval_every"], pool=pool)
 
+    files: dict[str, dict[str, Any]] = {}  # each method's config file read once, not once per job
+
+    def mapping(m: Method, r: Regime, seed: int, d: Path) -> dict[str, Any]:
+        if m.config not in files:
+            files[m.config] = method_mapping(m)
+        return run_mapping(m, r, seed=seed, run_dir=str(d), base=files[m.config], **kw(r))
+
     jobs: list[Job] = []
     for r in regimes:
         for seed in range(sizes[r.name]["seeds"]):
             d = root / r.name / "base" / f"seed{seed}"
-            jobs.append(Job(r.name, "base", seed, str(d), run_mapping(base_method, r, seed=seed, run_dir=str(d), **kw(r))))
+            jobs.append(Job(r.name, "base", seed, str(d), mapping(base_method, r, seed, d)))
     for r in regimes:  # seed by seed, so that a suite stopped part-way has paired seeds of every method
         for seed in range(sizes[r.name]["seeds"]):
             for m in methods:
                 d = root / r.name / m.name / f"seed{seed}"
-                jobs.append(Job(r.name, m.name, seed, str(d), run_mapping(m, r, seed=seed, run_dir=str(d), **kw(r))))
+                jobs.append(Job(r.name, m.name, seed, str(d), mapping(m, r, seed, d)))
+    # one run config per (regime, method) validated here: a bad size fails once, at planning, not in every worker
+    seen: set[tuple[str, str]] = set()
+    for j in jobs:
+        if (j.regime, j.method) not in seen:
+            seen.add((j.regime, j.method))
+            j.resolved()
     return jobs
 
 

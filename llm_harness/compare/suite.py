@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from vsr.config_io import deep_merge, read_mapping
 from vsr.registry import Registry
 
-__all__ = ["CONFIG_DIR", "WARMUP_KEYS", "Method", "PoolSpec", "Regime", "SUITES", "Suite", "register_suite", "run_mapping"]
+__all__ = ["CONFIG_DIR", "WARMUP_KEYS", "Method", "PoolSpec", "Regime", "SUITES", "Suite", "method_mapping", "register_suite",
+           "run_mapping"]
 
 #: plug-in parameters counted in steps that :func:`run_mapping` scales from the config's ``steps`` to
 #: the suite's (replay/ExTra warm-ups, VSR's freeze point without recency)
@@ -151,16 +152,26 @@ def register_suite(s: Suite) -> Suite:
     return SUITES.add(s.name, s)
 
 
-def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_dir: str, eval_problems: int, eval_k: int,
-                eval_every: int, config_dir: Path = CONFIG_DIR, pool: str = "") -> dict[str, Any]:
-    """The config mapping of one run (module doc); raises ValueError for a missing config file.
-
-    Plug-in warm-ups (:data:`WARMUP_KEYS`) are rescaled by ``steps / config steps`` (at least 1), so
-    a 150-step config's 18-step warm-up becomes 5 steps in a 40-step comparison."""
+def method_mapping(method: Method, config_dir: Path = CONFIG_DIR) -> dict[str, Any]:
+    """The mapping of ``method``'s config file (its ``extends`` chain resolved); ValueError for a missing file."""
     path = config_dir / method.config
     if not path.is_file():
         raise ValueError(f"suite: method {method.name!r} needs {path}, which does not exist")
-    data = deep_merge(read_mapping(path), dict(regime.overrides))
+    return read_mapping(path)
+
+
+def run_mapping(method: Method, regime: Regime, *, seed: int, steps: int, run_dir: str, eval_problems: int, eval_k: int,
+                eval_every: int, config_dir: Path = CONFIG_DIR, pool: str = "",
+                base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config mapping of one run (module doc); raises ValueError for a missing config file. ``base``: the
+    method's config mapping already read (:func:`method_mapping`; a plan of many jobs reads each file once).
+
+    Plug-in warm-ups (:data:`WARMUP_KEYS`) are rescaled by ``steps / config steps`` (at least 1), so
+    a 150-step config's 18-step warm-up becomes 5 steps in a 40-step comparison."""
+    import copy
+
+    base = method_mapping(method, config_dir) if base is None else copy.deepcopy(dict(base))
+    data = deep_merge(base, dict(regime.overrides))
     native = int(data.get("steps", steps))
     plugins = {}
     for name, params in (data.get("plugins") or {}).items():

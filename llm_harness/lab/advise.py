@@ -64,7 +64,7 @@ class AdviseConfig:
     seed: int = 0
     """Seed of the probe and the bootstrap."""
     out: str = ""
-    """Also write the table and recommendation as JSON here (and the printed text beside it, ``.txt``)."""
+    """Also write the table and recommendation as JSON to this file (and the printed text beside it, ``.txt``)."""
     progress: bool = True
     """Progress bar for the probe."""
 
@@ -220,7 +220,15 @@ def render(res: dict[str, Any]) -> str:
 
 
 def advise_command(cfg: AdviseConfig) -> int:
-    """``vsr advise``: print the table and the recommendation (and write them with ``--out``)."""
+    """``vsr advise``: print the table and the recommendation (and write them with ``--out``, checked before the
+    probe: a folder or an unwritable place is refused at once, not after minutes of sampling)."""
+    if cfg.out:
+        from pathlib import Path
+
+        from vsr.atomic import check_output_file
+
+        check_output_file(cfg.out, "out")
+        check_output_file(Path(cfg.out).with_suffix(".txt"), "out")
     res = advise(cfg)
     text = render(res)
     print(text)

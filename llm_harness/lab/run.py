@@ -17,6 +17,12 @@ Steps (each resumable: a finished step's file in ``out`` is reused when its conf
 6. **replay** (``replay.json``, only with ``replay_ages``; last, because it trains the model): rollout replay at ages
    1…τ, its variance and its bias without and with importance weights (:mod:`llm_harness.lab.staleness`).
 
+The output folder belongs to one lab: ``lab.json`` records what its probe depends on (model, backend, task and its
+parameters, pool, rollout settings, prompts, hint ratios, probe samples, seed). A rerun whose settings differ there,
+or a folder whose ``probe.json`` was made by another lab, is refused naming the differences (``--overwrite``
+discards the lab's files first); allocation knobs, batches and replay settings may change between runs (the steps
+they touch are recomputed). A damaged result file is refused naming it.
+
 Not measured: the one-step change of held-out *accuracy* itself. At the learning rates of the recipes (2.5e-5 to
 1e-4) one update moves held-out success by far less than the binomial noise of any affordable evaluation (a
 change of 1e-3 needs ~10^6 evaluated samples to resolve), so the lab reports the first-order change
@@ -39,7 +45,7 @@ from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ra
 from llm_harness.lab.predict import Prediction, duplicate_second_moment, leave_one_out_inflation, predict
 from llm_harness.lab.probe import ProbeResult, pool_state_space, run_probe, state_for
 
-__all__ = ["LabConfig", "check_memory", "lab_command", "make_lab_figure", "predictions", "run_lab"]
+__all__ = ["LAB_FILES", "LabConfig", "check_memory", "lab_command", "make_lab_figure", "predictions", "run_lab"]
 
 FORMAT = 2
 PROBE_FORMAT = 3
@@ -84,7 +90,8 @@ class LabConfig:
     allocation: AllocationParams = field(default_factory=AllocationParams)
     """Knobs of the allocations (VSR's ρ, the ε mixture, DAPO's round cap, ExTra's γ)."""
     out: str = "runs/lab"
-    """Output folder (one writer at a time; reruns reuse finished steps)."""
+    """Output folder (one writer at a time; reruns reuse finished steps; a folder holding another lab's results is
+    refused, see ``overwrite``)."""
     replay_ages: tuple[int, ...] = ()
     """Rollout replay at these ages (updates since the stored rollouts were drawn; empty: skip): the lab's last step,
     which trains ``max(ages)`` GRPO updates from the starting parameters and compares fresh batches with batches
@@ -96,18 +103,26 @@ class LabConfig:
     """Seed of every draw."""
     progress: bool = True
     """Progress bars."""
+    overwrite: bool = False
+    """Discard the results of another lab found in ``out`` (its probe, references, allocations, summary) instead of
+    refusing the folder."""
 
     def __post_init__(self) -> None:
+        from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS
+        from llm_harness.trainer.config import LIMITS
         from vsr.checks import check_number
 
-        for name, lo in (("prompts", 2), ("probe_samples", 4), ("score_samples", 0), ("groups", 1), ("group_size", 2),
-                         ("batches", 2), ("blocks", 2), ("reference_batches", 2), ("heldout", 1), ("seed", 0)):
-            check_number(name, getattr(self, name), lo, integer=True)
+        for name, lo, hi in (("prompts", 2, 100_000), ("probe_samples", 4, 4_096), ("score_samples", 0, 4_096),
+                             ("groups", 1, LIMITS["prompts_per_step"]), ("group_size", 2, LIMITS["group_size"]),
+                             ("batches", 2, 100_000), ("blocks", 2, None), ("reference_batches", 2, 100_000),
+                             ("heldout", 1, MAX_SPLIT_PROBLEMS), ("seed", 0, None)):
+            check_number(name, getattr(self, name), lo, hi, integer=True)
+        if self.groups * self.group_size > LIMITS["rollouts_per_step"]:
+            raise ValueError(f"groups x group_size: {self.groups} x {self.group_size} = {self.groups * self.group_size} "
+                             f"samples per mini-batch exceeds the limit {LIMITS['rollouts_per_step']}")
         if self.batches < self.blocks or self.reference_batches < self.blocks:
             raise ValueError(f"batches / reference_batches: need >= blocks ({self.blocks}) so every jackknife block "
                              "holds a batch")
-        if self.prompts > 100_000 or self.batches > 100_000 or self.probe_samples > 4096:
-            raise ValueError("prompts / batches / probe_samples: implausibly large (bounds 100,000 / 100,000 / 4,096)")
         if not self.alphas:
             raise ValueError("alphas: need at least one hint ratio")
         for a in self.alphas:
@@ -172,14 +187,111 @@ def _proposal_key(prop: Any, params: AllocationParams) -> dict[str, Any]:
     return key
 
 
-def _load(path: Path, fp: str) -> dict[str, Any] | None:
+def _damaged(path: Path, why: str) -> ValueError:
+    return ValueError(f"out: {path} is damaged ({why}); delete it to recompute that step, or pass --overwrite to start "
+                      "the lab over")
+
+
+def _read_doc(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (None when there is no file); ValueError naming a file that is not one."""
     if not path.exists():
         return None
     try:
-        doc = json.loads(path.read_text())
-    except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON ({e}); delete it to recompute") from None
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _damaged(path, f"not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise _damaged(path, f"a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def _load(path: Path, fp: str) -> dict[str, Any] | None:
+    doc = _read_doc(path)
+    if doc is None:
+        return None
     return doc if doc.get("fingerprint") == fp and doc.get("format") in (FORMAT, PROBE_FORMAT) else None
+
+
+def _parsed(path: Path, parse: Any, *args: Any) -> Any:
+    """``parse(*args)`` for a document read from ``path``; a missing key or a value of the wrong kind is reported
+    as a damaged file named by its path."""
+    try:
+        return parse(*args)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise _damaged(path, f"{type(e).__name__}: {e}") from None
+
+
+def _load_probe(path: Path, doc: dict[str, Any], space: Any) -> ProbeResult:
+    """The stored probe, checked against the state space it was made for (its fingerprint covers the space, so a
+    mismatch is a damaged file)."""
+    probe = _parsed(path, ProbeResult.from_plain, doc)
+    n = probe.space.size
+    same = (n == space.size and np.array_equal(probe.space.problem, space.problem)
+            and np.array_equal(probe.space.alpha, space.alpha) and np.array_equal(probe.space.cut, space.cut))
+    sizes = {len(a) for a in (probe.n, probe.k, probe.tokens, probe.score_sq)}
+    if not same or sizes != {n}:
+        raise _damaged(path, f"its states or per-state arrays do not match the {space.size} states of this lab")
+    return probe
+
+
+def _load_vector(path: Path, n_params: int) -> Any:
+    """A stored reference gradient (``.npy``): ``n_params`` floats, else a damaged file."""
+    import torch
+
+    try:
+        vec = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise _damaged(path, f"{type(e).__name__}: {e}") from None
+    if vec.shape != (n_params,) or vec.dtype.kind != "f":
+        raise _damaged(path, f"{vec.dtype} array of shape {vec.shape}, expected {n_params} floats (one per parameter)")
+    return torch.from_numpy(vec)
+
+
+#: files a lab writes in its folder (removed by ``--overwrite``)
+LAB_FILES = ("lab.json", "probe.json", "reference_pool.json", "reference_pool.npy", "reference_heldout.json",
+             "reference_heldout.npy", "replay.json", "summary.json", "report.md", "lab_gain.png")
+
+
+def _identity(cfg: LabConfig, tcfg: Any) -> dict[str, Any]:
+    """What a lab's probe depends on, known before the model is loaded (``lab.json``; module doc)."""
+    return json.loads(json.dumps({
+        "model": tcfg.model.path, "backend": tcfg.model.backend, "task": tcfg.task.name,
+        "task_params": dict(tcfg.task.params), "pool": tcfg.task.pool, "rollout": asdict(tcfg.rollout),
+        "prompts": cfg.prompts, "alphas": list(cfg.alphas), "probe_samples": cfg.probe_samples,
+        "score_samples": cfg.score_samples, "seed": cfg.seed}, default=str))
+
+
+def _another_lab(out: Path, what: str) -> ValueError:
+    return ValueError(f"out: {out} holds {what}; choose another output folder or pass --overwrite to discard them")
+
+
+def _claim_folder(cfg: LabConfig, out: Path, identity: dict[str, Any]) -> None:
+    """Refuse (before the model is loaded) a folder holding another lab's results or another command's summary;
+    with ``overwrite``, remove the lab's files there instead (module doc)."""
+    if cfg.overwrite:
+        for name in LAB_FILES:
+            (out / name).unlink(missing_ok=True)
+        for f in out.glob("alloc_*.json"):
+            f.unlink()
+        return
+    old = _read_doc(out / "lab.json")
+    if old is not None:
+        was = old.get("identity")
+        if not isinstance(was, dict):
+            raise _damaged(out / "lab.json", "no identity object")
+        diff = [f"{k}: {was.get(k, '<absent>')!r} -> {identity.get(k, '<absent>')!r}"
+                for k in sorted(set(was) | set(identity)) if was.get(k) != identity.get(k)]
+        if diff:
+            raise _another_lab(out, f"the results of another lab (changed: {'; '.join(diff)})")
+        return
+    summary = _read_doc(out / "summary.json")
+    if summary is not None and not ({"allocations", "probe", "config"} <= set(summary)):
+        raise _another_lab(out, "a summary.json that is not a lab's (another command's results)")
+
+
+def _probe_mismatch(out: Path) -> ValueError:
+    return _another_lab(out, "the results of another lab: its probe.json was made from other problems or settings "
+                             "(model, task, pool, rollout, prompts, hint ratios, probe samples or seed)")
 
 
 def predictions(probe: ProbeResult, params: AllocationParams, names: tuple[str, ...], group_size: int) -> dict[str, dict[str, Any]]:
@@ -251,6 +363,8 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     with locked_folder(out, field="out"):
         tcfg = _train_cfg(cfg)
+        identity = _identity(cfg, tcfg)
+        _claim_folder(cfg, out, identity)
         from llm_harness.lab.engine import LabEngine
 
         t_start = time.perf_counter()
@@ -264,13 +378,18 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                     "seed": cfg.seed}
             fp_probe = _fingerprint({**base, "probe_format": PROBE_FORMAT, "alphas": list(cfg.alphas),
                                      "probe_samples": cfg.probe_samples, "score_samples": cfg.score_samples})
+            stored = _read_doc(out / "probe.json")
+            if stored is not None and stored.get("format") == PROBE_FORMAT and stored.get("fingerprint") != fp_probe:
+                raise _probe_mismatch(out)  # (an older format is recomputed)
             doc = _load(out / "probe.json", fp_probe)
             if doc is None:
                 probe = run_probe(engine, space, samples=cfg.probe_samples, score_samples=cfg.score_samples,
                                   seed=cfg.seed * 1_000_003 + 17, progress=cfg.progress)
                 write_json(out / "probe.json", {"format": PROBE_FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
             else:
-                probe = ProbeResult.from_plain(doc)
+                probe = _load_probe(out / "probe.json", doc, space)
+            if _read_doc(out / "lab.json") is None:  # the folder is this lab's from now on
+                write_json(out / "lab.json", {"format": FORMAT, "identity": identity})
             preds = predictions(probe, cfg.allocation, names, cfg.group_size)
 
             state_of = functools.partial(state_for, engine, space)
@@ -286,10 +405,8 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                 vec_path = out / f"reference_{ref}.npy"
                 doc = _load(path, fp)
                 if doc is not None and vec_path.exists():
-                    import torch
-
-                    refs[ref] = torch.from_numpy(np.load(vec_path))
-                    rec = MomentRecord.from_plain(doc["moments"])
+                    refs[ref] = _load_vector(vec_path, engine.n_params)
+                    rec = _parsed(path, lambda d: MomentRecord.from_plain(d["moments"]), doc)
                 else:
                     rec, cost, mean = _reference(engine, ref, probe, cfg, state_of, held)
                     refs[ref] = mean
@@ -314,8 +431,8 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                     rec, cost, _ = _realise(engine, name, prop, probe, cfg, refs, state_of, shaper, name, cfg.batches)
                     doc = {"format": FORMAT, "fingerprint": fp, "moments": rec.to_plain(), "cost": cost}
                     write_json(path, doc)
-                records[name] = MomentRecord.from_plain(doc["moments"])
-                costs[name] = doc["cost"]
+                records[name] = _parsed(path, lambda d: MomentRecord.from_plain(d["moments"]), doc)
+                costs[name] = _parsed(path, lambda d: {k: float(v) for k, v in dict(d["cost"]).items()}, doc)
             summary = summarise(records, costs, preds, ref_norm2, probe, cfg, engine.n_params)
             if cfg.replay_ages:  # last: it trains the model
                 summary["replay"] = _replay_step(engine, cfg, common, out)
@@ -356,8 +473,8 @@ def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], out: Path)
                             reference_batches=cfg.reference_batches, seed=cfg.seed, progress=cfg.progress)
         doc = json_safe({"format": FORMAT, "fingerprint": fp, **res})
         write_json(path, doc)
-    return {"ages": doc["ages"], "share": doc["share"], "tau": doc["tau"], "train": doc["train"],
-            "rows": staleness_rows(doc), "costs": doc["costs"]}
+    return _parsed(path, lambda d: {"ages": d["ages"], "share": d["share"], "tau": d["tau"], "train": d["train"],
+                                    "rows": staleness_rows(d), "costs": d["costs"]}, doc)
 
 
 def _reference(engine: Any, ref: str, probe: ProbeResult, cfg: LabConfig, state_of: Any, held: tuple[Any, ...]) -> Any:

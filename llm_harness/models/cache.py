@@ -2,7 +2,7 @@
 
 ``vsr model import --name NAME`` records ``NAME -> folder`` in ``<cache>/aliases.json`` (the cache, not the
 code, holds aliases: :data:`llm_harness.models.named.MODELS` is the registry of models the toolkit knows how
-to fetch). Every command that loads a model resolves its model argument with :func:`resolve_model_folder`:
+to fetch). Every command that loads a model resolves its model argument with :func:`llm_harness.models.gguf_import.resolve_model_folder`:
 a registered name is imported (verified) into the cache, a path that exists is itself, and an alias of the
 default cache is its folder. A path that exists wins over an alias of the same spelling.
 """
@@ -27,7 +27,6 @@ __all__ = [
     "read_aliases",
     "record_alias",
     "resolve_alias",
-    "resolve_model_folder",
 ]
 
 #: File of the aliases inside the cache folder.
@@ -44,19 +43,23 @@ def default_cache_dir() -> Path:
     return base / "vsr-toolkit" / "models"
 
 
+#: the shipped test-bed checkpoints' names (``llm_harness.testbed.paths.SHIPPED_CHECKPOINTS``, which sits above this
+#: layer; a test holds the two equal): an alias may not shadow them
+TESTBED_NAMES = ("low", "mid", "high")
+
+
 def check_alias_name(name: str, field: str = "name") -> None:
     """Refuse an alias that could be read as something else: a path (``/``), a registered model name or a
     shipped test-bed checkpoint (``low``/``mid``/``high``), or one outside ``[A-Za-z0-9._-]`` (at most 64)."""
     from llm_harness.models.named import MODELS
-    from llm_harness.testbed.paths import SHIPPED_CHECKPOINTS
 
     if not isinstance(name, str) or not _ALIAS_RE.fullmatch(name) or name in (".", ".."):
         raise ValueError(f"{field}: {name!r} is not a model alias: use 1-64 letters, digits, '.', '_' or '-', "
                          "starting with a letter or digit")
     if name in MODELS:
         raise ValueError(f"{field}: {name!r} is already a registered model name ({', '.join(MODELS)}); choose another")
-    if name in SHIPPED_CHECKPOINTS:
-        raise ValueError(f"{field}: {name!r} names a shipped test-bed checkpoint ({', '.join(SHIPPED_CHECKPOINTS)}); choose another")
+    if name in TESTBED_NAMES:
+        raise ValueError(f"{field}: {name!r} names a shipped test-bed checkpoint ({', '.join(TESTBED_NAMES)}); choose another")
     if name.endswith(".gguf"):
         raise ValueError(f"{field}: {name!r} reads as a GGUF file name; choose a name without the .gguf suffix")
 
@@ -128,22 +131,6 @@ def resolve_alias(name: str, cache_dir: str | Path | None = None, *, field: str 
         raise ValueError(f"{field}: the alias {name!r} names {folder}, which no longer exists; re-import it with "
                          f"`vsr model import --source {rec.get('source', '<gguf>')} --name {name} --force`")
     return folder
-
-
-def resolve_model_folder(spec: str, field: str = "model") -> Path:
-    """The folder a command's model argument names: a registered model (imported into the cache and verified, the
-    remembered verdict reused), an existing path, or an alias of the default cache; anything else is returned
-    as a path for the caller to refuse. The folder is not verified here: :func:`llm_harness.models.manifest.check_model_folder`."""
-    from llm_harness.models.named import MODELS
-
-    if spec in MODELS:
-        from llm_harness.models.gguf_import import ImportConfig, import_model
-
-        return import_model(ImportConfig(source=spec), reuse_verified=True)
-    path = Path(spec).expanduser()
-    if path.exists():
-        return path
-    return resolve_alias(spec, field=field) or path
 
 
 # ---------------------------------------------------------------------------- vsr model list

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_harness.models.cache import check_alias_name, default_cache_dir, record_alias
+from llm_harness.models.cache import check_alias_name, default_cache_dir, record_alias, resolve_alias
 from llm_harness.models.manifest import (FORMAT, MANIFEST, _pid_alive, file_entry, record_verdict, sha256_file, verify_folder,
                                          verify_folder_cached)
 from llm_harness.models.named import MODELS, NamedModel, locate_named_gguf
@@ -73,6 +73,7 @@ __all__ = [
     "import_model",
     "read_gguf_tensor_types",
     "remove_stale_temporaries",
+    "resolve_model_folder",
     "resolve_source",
 ]
 
@@ -121,7 +122,7 @@ class ImportConfig:
                              f"drop --licence (it is only for a path source), got {self.licence!r}")
         if self.sha256 and (len(self.sha256) != 64 or any(c not in "0123456789abcdefABCDEF" for c in self.sha256)):
             raise ValueError(f"sha256: must be 64 hex digits, got {self.sha256!r}")
-        check_number("num_threads", self.num_threads, 0, integer=True)
+        check_number("num_threads", self.num_threads, 0, 1_024, integer=True)  # the trainer's LIMITS["num_threads"]
 
 
 @dataclass(frozen=True)
@@ -617,3 +618,15 @@ def import_command(cfg: ImportConfig) -> int:
     """``vsr model import``: print the verified model folder (the last line of stdout, for scripts)."""
     print(import_model(cfg))
     return 0
+
+
+def resolve_model_folder(spec: str, field: str = "model") -> Path:
+    """The folder a command's model argument names: a registered model (imported into the cache and verified, the
+    remembered verdict reused), an existing path, or an alias of the default cache; anything else is returned
+    as a path for the caller to refuse. The folder is not verified here: :func:`llm_harness.models.manifest.check_model_folder`."""
+    if spec in MODELS:
+        return import_model(ImportConfig(source=spec), reuse_verified=True)
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path
+    return resolve_alias(spec, field=field) or path

@@ -51,7 +51,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from llm_harness.tasks.base import ParseStatus, Problem, Step, Task, VerifyResult, assign_split, partition_spans
+from llm_harness.tasks.base import (MAX_SPLIT_PROBLEMS, ParseStatus, Problem, Step, Task, VerifyResult, assign_split,
+                                    partition_spans)
 from llm_harness.tasks.math_answers import extract_boxed
 from llm_harness.tasks.registry import build_config, register_task
 from vsr.checks import check_number
@@ -254,7 +255,7 @@ class ArithLadderConfig:
         if len(set(self.levels)) != len(self.levels):
             raise ValueError(f"levels: names must be distinct, got {self.levels}")
         for name in ("n_train", "n_validation", "n_test"):
-            check_number(name, getattr(self, name), 0, integer=True)
+            check_number(name, getattr(self, name), 0, MAX_SPLIT_PROBLEMS, integer=True)
         object.__setattr__(self, "split_fractions", tuple(self.split_fractions))
         if len(self.split_fractions) != 3:
             raise ValueError(f"split_fractions: expected 3 fractions (train, validation, test), got {self.split_fractions}")

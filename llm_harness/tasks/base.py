@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Iterator, Mapping, Sequence
 from vsr.checks import check_number
 
 __all__ = [
+    "MAX_SPLIT_PROBLEMS",
     "ParseStatus",
     "Problem",
     "Step",
@@ -37,6 +38,12 @@ __all__ = [
     "has_chat_template",
     "stable_unit_hash",
 ]
+
+
+#: Most problems a task's size parameter may ask of one split (``n_train``, ``n_test``, ``size``...): the generated
+#: tasks build their splits eagerly (a million step-arithmetic problems take ~30 s and ~1 GB), so a slip such as
+#: ``n_train: 1e9`` is refused naming the parameter instead of filling the memory.
+MAX_SPLIT_PROBLEMS = 1_000_000
 
 
 class ParseStatus(str, enum.Enum):
@@ -190,6 +197,12 @@ class Task(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+
+    #: Empty, or the answer format the verifier needs that the task's chat messages do not ask for (a task made
+    #: for models trained on its own format, such as the test bed's step arithmetic): a model that renders prompts
+    #: through a chat template would score 0 on every problem, so it is refused (:func:`llm_harness.tasks.coverage.
+    #: check_answer_format`). A subclass may compute it from its parameters (a property).
+    needs_answer_format: str = ""
 
     @property
     @abc.abstractmethod

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from llm_harness.tasks.base import ParseStatus, Problem, Step, Task, VerifyResult, assign_split
+from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS, ParseStatus, Problem, Step, Task, VerifyResult, assign_split
 from llm_harness.tasks.isolation import IsolatedRunner, shared_runner
 from llm_harness.tasks.math_task import split_math_steps
 from llm_harness.tasks.registry import build_config, register_task
@@ -74,7 +74,7 @@ class ReasoningGymConfig:
     """Deadline of one scoring call in a worker process; ``None`` scores inline (no deadline)."""
 
     def __post_init__(self) -> None:
-        check_number("size", self.size, 1, integer=True)
+        check_number("size", self.size, 1, MAX_SPLIT_PROBLEMS, integer=True)
         if self.timeout_s is not None:
             check_number("timeout_s", self.timeout_s, 0, lo_open=True)
         if not re.fullmatch(r"[A-Za-z_][\w\-]*", self.answer_tag):

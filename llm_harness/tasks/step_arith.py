@@ -12,6 +12,9 @@ Text format (exact, character level)
 * plain prompt (no chat template): ``"Q:" + expression + "=?" + "\\n"``;
 * completion / expert solution: the steps ``a<op>b=c`` joined by ``","``, then ``"\\n"``, then
   ``"A:" + answer``; the model ends with its end-of-sequence token (not part of the text).
+* chat message (a tokenizer with a chat template): the bare ``"Q:" + expression + "=?"``, which does not
+  ask for the ``A:`` line, so a chat model is refused (``Task.needs_answer_format``) unless the task's
+  ``instruction`` parameter states the format (it is appended to the chat message only).
 * Every character of prompts and solutions lies in :data:`ALPHABET`
   (``0-9 + - = , : ? Q A`` and newline: 19 symbols; a character-level tokenizer adds its own
   special tokens such as EOS/PAD/BOS on top).
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from llm_harness.tasks.base import (
+    MAX_SPLIT_PROBLEMS,
     ParseStatus,
     Problem,
     Step,
@@ -58,6 +62,7 @@ from vsr.checks import check_number
 
 __all__ = [
     "ALPHABET",
+    "MAX_TERMS",
     "PartialCheck",
     "StepArithConfig",
     "StepArithTask",
@@ -80,6 +85,8 @@ _MAX_ATTEMPTS = 20_000
 _ANSWER_RE = re.compile(r"-?(?:0|[1-9][0-9]{0,9})")
 _STEP_RE = re.compile(r"([0-9]{1,6})([+-])([0-9]{1,6})=(-?[0-9]{1,6})")
 _PROMPT_RE = re.compile(r"Q:([0-9]{1,6}(?:[+-][0-9]{1,6})+)=\?")
+#: Most terms of a chain (any split): a chain is built term by term, so ``max_terms: 1e9`` would never finish
+MAX_TERMS = 1_000
 
 
 @dataclass(frozen=True)
@@ -108,14 +115,20 @@ class StepArithConfig:
     """Terms and every intermediate value lie in ``0..max_value``."""
     split_fractions: tuple[float, float, float, float] = (0.85, 0.05, 0.05, 0.05)
     """Share of expression space given to (train, validation, test, hard); sums to 1."""
+    instruction: str = ""
+    """Text appended (after a newline) to the question in the chat message: how to lay out the steps and the
+    ``A:<n>`` answer line. Empty: the chat message is the bare ``Q:...=?`` (the test bed's models render the plain
+    prompt, which this leaves unchanged), so a chat model is refused (:attr:`StepArithTask.needs_answer_format`)."""
 
     def __post_init__(self) -> None:
-        check_number("min_terms", self.min_terms, 2, integer=True)
-        check_number("max_terms", self.max_terms, self.min_terms, integer=True)  # >= min_terms
-        check_number("hard_min_terms", self.hard_min_terms, 2, integer=True)
-        check_number("hard_max_terms", self.hard_max_terms, self.hard_min_terms, integer=True)  # >= hard_min_terms
+        check_number("min_terms", self.min_terms, 2, MAX_TERMS, integer=True)
+        check_number("max_terms", self.max_terms, self.min_terms, MAX_TERMS, integer=True)  # >= min_terms
+        check_number("hard_min_terms", self.hard_min_terms, 2, MAX_TERMS, integer=True)
+        check_number("hard_max_terms", self.hard_max_terms, self.hard_min_terms, MAX_TERMS, integer=True)
         for name in ("n_train", "n_validation", "n_test", "n_hard"):
-            check_number(name, getattr(self, name), 0, integer=True)
+            check_number(name, getattr(self, name), 0, MAX_SPLIT_PROBLEMS, integer=True)
+        if not isinstance(self.instruction, str):
+            raise ValueError(f"instruction: must be a string, got {type(self.instruction).__name__}")
         check_number("max_value", self.max_value, 1, 999_999, integer=True)
         if len(self.split_fractions) != 4:
             raise ValueError(f"split_fractions: expected 4 fractions (train, validation, test, hard), got {self.split_fractions}")
@@ -368,17 +381,27 @@ class StepArithTask(Task):
         endless SFT stream; ``n_terms`` fixes the length, else it is uniform over the split's
         term range."""
         self.check_split(split)
-        check_number("n", n, 0, integer=True)
+        check_number("n", n, 0, MAX_SPLIT_PROBLEMS, integer=True)
         lo, hi = self.config.term_range(split)
         if n_terms is not None:
-            check_number("n_terms", n_terms, 2, integer=True)
+            check_number("n_terms", n_terms, 2, MAX_TERMS, integer=True)
         rng = random.Random(f"{_SALT}|sample|{seed}|{split}")
         return tuple(
             self._draw_in_split(rng, split, n_terms if n_terms is not None else rng.randint(lo, hi), None)
             for _ in range(n)
         )
 
+    @property
+    def needs_answer_format(self) -> str:  # type: ignore[override]
+        """The ``A:<n>`` answer line, unless :attr:`StepArithConfig.instruction` asks for it (:attr:`Task.needs_answer_format`)."""
+        if self.config.instruction:
+            return ""
+        return ("its verifier reads the answer only from a last line 'A:<integer>' after steps 'a+b=c' separated by "
+                "commas, and its chat message is the bare 'Q:<expression>=?', which does not ask for that format")
+
     def messages(self, problem: Problem) -> list[dict[str, str]]:
+        if self.config.instruction:
+            return [{"role": "user", "content": f"{problem.prompt}\n{self.config.instruction}"}]
         return [{"role": "user", "content": problem.prompt}]
 
     def plain_prompt(self, problem: Problem) -> str:

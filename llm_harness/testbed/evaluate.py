@@ -77,9 +77,14 @@ class TestbedEvalConfig:
     def __post_init__(self) -> None:
         if not self.splits:
             raise ValueError("splits: must name at least one split")
-        for name, lo in (("n_problems", 0), ("samples_per_problem", 1), ("max_new_tokens", 1), ("batch_sequences", 1),
-                         ("seed", 0), ("task_seed", 0), ("num_threads", 0)):
-            check_number(name, getattr(self, name), lo, integer=True)
+        from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS
+        from llm_harness.trainer.config import LIMITS
+
+        for name, lo, hi in (("n_problems", 0, MAX_SPLIT_PROBLEMS), ("samples_per_problem", 1, LIMITS["group_size"]),
+                             ("max_new_tokens", 1, LIMITS["max_new_tokens"]),
+                             ("batch_sequences", 1, LIMITS["max_batch_sequences"]), ("seed", 0, None),
+                             ("task_seed", 0, None), ("num_threads", 0, LIMITS["num_threads"])):
+            check_number(name, getattr(self, name), lo, hi, integer=True)
         check_number("confidence", self.confidence, 0, 1, lo_open=True, hi_open=True)
 
 

@@ -111,9 +111,12 @@ def load_testbed(path: str | os.PathLike, *, device: str = "cpu"):
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from llm_harness.models.manifest import check_model_folder
+
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"path: {str(path)!r} is not a saved model folder (no config.json)")
+    check_model_folder(path, "path")  # an imported folder must match its manifest
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).float().to(device).eval()
     from llm_harness.tasks.coverage import keep_unknown_token
 

@@ -49,6 +49,14 @@ LIMITS = {
     "validation_k": 4_096,
     "turn_tokens": 1_048_576,
     "max_turns": 100_000,
+    "hidden_size": 65_536,
+    "num_layers": 1_024,
+    "num_heads": 1_024,
+    "max_context": 1_048_576,
+    "random_model_parameters": 4_000_000_000,  # a random model's weights (16 GB in float32)
+    # torch / OpenMP threads: a fixed bound, not a multiple of this machine's cores, so that a config (a resumed
+    # run's, a comparison record's) validates the same on every machine; 100,000 threads crash the process
+    "num_threads": 1_024,
 }
 
 
@@ -87,9 +95,15 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for n in ("hidden_size", "num_layers", "num_heads", "max_context"):
-            check_number(n, getattr(self, n), 1, integer=True)
+            check_number(n, getattr(self, n), 1, LIMITS[n], integer=True)
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size: {self.hidden_size} not divisible by num_heads {self.num_heads}")
+        if self.random_init:  # attention ~4 h^2 and MLP 6 h^2 per layer (intermediate 2 h)
+            n_params = 10 * self.num_layers * self.hidden_size**2
+            if n_params > LIMITS["random_model_parameters"]:
+                raise ValueError(f"hidden_size x num_layers: a random model of hidden_size {self.hidden_size} and "
+                                 f"{self.num_layers} layers has about {n_params:.2e} parameters, more than the limit "
+                                 f"{LIMITS['random_model_parameters']:.0e}")
         _choice("dtype", self.dtype, ("float32", "bfloat16", "float16"))
         if not self.random_init and not self.path:
             raise ValueError("path: empty (give a checkpoint folder or set random_init)")
@@ -394,7 +408,7 @@ class RunConfig:
             raise ValueError("run_dir: must not be empty")
         check_number("checkpoint_every", self.checkpoint_every, 0, integer=True)
         check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
-        check_number("num_threads", self.num_threads, 0, integer=True)
+        check_number("num_threads", self.num_threads, 0, LIMITS["num_threads"], integer=True)
         if not isinstance(self.static_decode, bool):
             raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         if not isinstance(self.packed_forward, bool):
@@ -517,13 +531,14 @@ class EvalConfig:
     """Where eval.json and eval.md are written."""
 
     def __post_init__(self) -> None:
-        check_number("n_problems", self.n_problems, 1, integer=True)
+        check_number("n_problems", self.n_problems, 1, LIMITS["validation_problems"], integer=True)
         from llm_harness.trainer.eval_protocols import EvalProtocol, resolve_sampling
 
         resolve_sampling(self, EvalProtocol(1.0, 1.0, 8, "eval defaults"))
+        check_number("k", self.k, 1, LIMITS["validation_k"], integer=True)
         check_number("max_new_tokens", self.max_new_tokens, 1, LIMITS["max_new_tokens"], integer=True)
         check_number("seed", self.seed, 0, integer=True)
-        check_number("window", self.window, 0, integer=True)
+        check_number("window", self.window, 0, LIMITS["max_turns"], integer=True)
         check_number("turn_tokens", self.turn_tokens, 1, LIMITS["turn_tokens"], integer=True)
         if not isinstance(self.env_params, Mapping):
             raise ValueError(f"env_params: must be a mapping, got {type(self.env_params).__name__}")

@@ -118,7 +118,7 @@ def build_model(cfg: ModelConfig, seed: int) -> tuple[Any, Any]:
         return model.to(device=device, dtype=dtype), tok
     from pathlib import Path
 
-    from llm_harness.models.cache import resolve_model_folder
+    from llm_harness.models.gguf_import import resolve_model_folder
 
     # a registered real model (`vsr model import NAME`: its verified folder in the cache), a path, or an alias
     # recorded by `vsr model import --name`

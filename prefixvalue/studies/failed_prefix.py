@@ -25,11 +25,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from prefixvalue.analysis import bits, bits_matrix, fmt_ci, markdown_table, mean_success, pyplot, rate_interval, save_figure
-from prefixvalue.config import StudyConfig, check_fractions, check_temperature, check_top_p
+from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefixes import alpha_cut
 from prefixvalue.registry import Study, register_study
-from vsr.checks import check_number
 from vsr.seeding import derive_seed
 
 NAME = "failed-prefix"
@@ -58,8 +57,8 @@ class FailedPrefixConfig(StudyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "positions", tuple(sorted(check_fractions(self.positions, "positions"))))
-        check_number("init_samples", self.init_samples, 2, integer=True)
-        check_number("n_continuations", self.n_continuations, 1, integer=True)
+        check_samples(self, "init_samples", lo=2)
+        check_samples(self, "n_continuations")
         check_temperature(self.init_temperature, "init_temperature")
         check_temperature(self.temperature, "temperature")
         check_top_p(self.top_p, "top_p")

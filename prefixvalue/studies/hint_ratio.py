@@ -26,11 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from prefixvalue.analysis import bits, bits_matrix, correlation_dict, fmt_ci, markdown_table, mean_success, pyplot, save_figure
-from prefixvalue.config import StudyConfig, check_fractions, check_temperature, check_top_p
+from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefixes import alpha_cut
 from prefixvalue.registry import Study, register_study
-from vsr.checks import check_number
 from vsr.seeding import derive_seed
 
 NAME = "hint-ratio"
@@ -57,7 +56,7 @@ class HintRatioConfig(StudyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "alphas", tuple(sorted(check_fractions(self.alphas, "alphas"))))
-        check_number("n_continuations", self.n_continuations, 1, integer=True)
+        check_samples(self, "n_continuations")
         check_temperature(self.temperature, "temperature")
         check_top_p(self.top_p, "top_p")
 

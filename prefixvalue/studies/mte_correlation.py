@@ -31,13 +31,12 @@ import numpy as np
 
 from llm_harness.methods.mte import char_to_token_cut
 from prefixvalue.analysis import bits, correlation_dict, fmt_ci, markdown_table, pyplot, save_figure, within_dict
-from prefixvalue.config import StudyConfig, check_fractions, check_temperature, check_top_p
+from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from llm_harness.trainer.data import StartState
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefix_metrics import answer_probe, label_metrics, metric_family
 from prefixvalue.prefixes import entropy_stats, p_hat, step_cuts, variance_hat
 from prefixvalue.registry import Study, register_study
-from vsr.checks import check_number
 from vsr.seeding import derive_seed
 
 NAME = "mte-correlation"
@@ -67,10 +66,10 @@ class MTECorrelationConfig(StudyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "fractions", tuple(sorted(check_fractions(self.fractions, "fractions"))))
-        check_number("n_trajectories", self.n_trajectories, 0, integer=True)
+        check_samples(self, "n_trajectories", lo=0)
         if self.n_trajectories == 1:  # 0 = the study default; a correlation needs two trajectories
             raise ValueError("n_trajectories: must be 0 (default) or >= 2, got 1")
-        check_number("n_continuations", self.n_continuations, 1, integer=True)
+        check_samples(self, "n_continuations")
         for name in ("init_temperature", "temperature", "entropy_temperature"):
             check_temperature(getattr(self, name), name)
         check_top_p(self.top_p, "top_p")

@@ -31,7 +31,7 @@ import numpy as np
 from llm_harness.embedders import EMBEDDERS, EmbedContext, build_embedder
 from llm_harness.methods.mte import char_to_token_cut, mean_token_entropy
 from prefixvalue.analysis import bits, bits_matrix, fmt_ci, markdown_table, mean_success, pyplot, save_figure, within_dict
-from prefixvalue.config import StudyConfig, check_temperature, check_top_p
+from prefixvalue.config import StudyConfig, check_samples, check_temperature, check_top_p, size_limits
 from prefixvalue.engine import StudyContext, policy_model
 from prefixvalue.prefixes import smoothed_mte
 from prefixvalue.registry import Study, register_study
@@ -98,8 +98,9 @@ class PrefixSelectionConfig(StudyConfig):
         if self.group_filter not in GROUP_FILTERS:
             raise ValueError(f"group_filter: must be one of {GROUP_FILTERS}, got {self.group_filter!r}")
         EMBEDDERS.check(self.embedder, where="embedder")
-        for name, lo in (("n_trajectories", 1), ("max_candidates", 1), ("mc_continuations", 0), ("eval_continuations", 1)):
-            check_number(name, getattr(self, name), lo, integer=True)
+        check_samples(self, "n_trajectories", "eval_continuations")
+        check_samples(self, "mc_continuations", lo=0)
+        check_number("max_candidates", self.max_candidates, 1, size_limits()["max_candidates"], integer=True)
         check_temperature(self.init_temperature, "init_temperature")
         check_temperature(self.temperature, "temperature")
         check_temperature(self.tau, "tau")

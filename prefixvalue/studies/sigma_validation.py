@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from prefixvalue.analysis import bits, correlation_dict, fmt_ci, markdown_table, pyplot, save_figure, within_dict
-from prefixvalue.config import StudyConfig, check_fractions, check_temperature, check_top_p
+from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefixes import alpha_cut, empirical_std, p_hat, std_hat, variance_hat
 from prefixvalue.registry import Study, register_study
@@ -82,8 +82,7 @@ class SigmaValidationConfig(StudyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "positions", tuple(sorted(check_fractions(self.positions, "positions"))))
-        for name, lo in (("init_samples", 2), ("n_continuations", 2)):
-            check_number(name, getattr(self, name), lo, integer=True)
+        check_samples(self, "init_samples", "n_continuations", lo=2)
         check_temperature(self.init_temperature, "init_temperature")
         check_temperature(self.temperature, "temperature")
         check_top_p(self.top_p, "top_p")

@@ -69,7 +69,7 @@ def test_card_end_to_end_on_a_tiny_model(tiny_chat_folder, tmp_path):
 
 
 def test_card_refuses_a_folder_without_config(tmp_path):
-    with pytest.raises(ValueError, match="neither a registered model name"):
+    with pytest.raises(ValueError, match="is not a saved model folder"):
         run_card(CardConfig(model=str(tmp_path), out=str(tmp_path / "o"), progress=False))
     with pytest.raises(ValueError, match="reanalyze: .* has no samples.jsonl"):
         run_card(CardConfig(model=str(tmp_path), out=str(tmp_path / "o"), progress=False, reanalyze=True))

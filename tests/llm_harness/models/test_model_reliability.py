@@ -369,3 +369,10 @@ def test_licence_of_a_registered_model_comes_from_the_registry(tmp_path, monkeyp
         assert m["provenance"]["kind"] == "registered" and m["provenance"]["sha256_checked_against"] == "registry"
     finally:
         MODELS.remove("test-licenced-model")
+
+
+def test_reserved_alias_names_are_the_shipped_checkpoints():
+    from llm_harness.models.cache import TESTBED_NAMES
+    from llm_harness.testbed.paths import SHIPPED_CHECKPOINTS
+
+    assert TESTBED_NAMES == SHIPPED_CHECKPOINTS
