@@ -6,6 +6,7 @@ A crash mid-write leaves the previous file intact instead of a truncated one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -13,23 +14,47 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+#: ``errno`` values of a full disk or an exhausted quota
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is an ``OSError`` of a full disk or an exhausted quota (:data:`DISK_FULL_ERRNOS`)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+@contextlib.contextmanager
+def naming_path(path: str | os.PathLike) -> Iterator[None]:
+    """Give a full-disk ``OSError`` raised inside the block without a file name (``write``, ``flush`` and ``fsync``
+    name none) the name ``path``, so the one-line error says what was being written."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc) or exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically."""
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically. A full disk while
+    writing raises an ``OSError`` naming ``path`` (:func:`naming_path`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    with naming_path(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as fh:
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600 files; give results the permissions a plain open() would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)
-        os.replace(tmp_path, path)
+        with naming_path(path):
+            yield tmp_path
+            with open(tmp_path, "rb+") as fh:
+                os.fsync(fh.fileno())
+            # mkstemp creates 0600 files; give results the permissions a plain open() would
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp_path, 0o666 & ~umask)
+            os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()

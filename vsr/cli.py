@@ -32,12 +32,15 @@ from vsr.registry import Registry
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """Where a command lives: ``module:function``, a one-line help, and what to tell a user who interrupts it
-    (Ctrl-C or SIGTERM): how to resume."""
+    """Where a command lives: ``module:function``, a one-line help, and what to tell a user whose command stopped
+    (Ctrl-C, SIGTERM, a full disk): how to resume. ``resume_hint``, when given, is a ``module:function`` taking the
+    command's parsed config and returning that hint from what its folder holds now; ``on_interrupt`` is the fixed
+    hint, used without it."""
 
     target: str
     help: str
     on_interrupt: str = ""
+    resume_hint: str = ""
 
 
 _RESUME_CHUNKS = "rerun the same command to continue from the last finished chunk"
@@ -49,7 +52,8 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
     ),
     "figures": CommandSpec("vsr.figures:run_figures", "Regenerate every figure of the project (the main job)."),
     "train": CommandSpec("llm_harness.trainer.entry:train", "Train a policy with GRPO/DAPO/SFT and the plug-ins (use --config configs/*.yaml).",
-                         "rerun the same command with --run.resume true to continue from the last checkpoint"),
+                         "rerun the same command with --run.resume true to continue from the last checkpoint",
+                         "llm_harness.trainer.entry:resume_hint"),
     "eval": CommandSpec("llm_harness.trainer.entry:evaluate", "Evaluate a model: avg@k, pass@k, per-difficulty tables, lengths, diversity, AES."),
     "checkpoint convert": CommandSpec(
         "llm_harness.trainer.checkpoint_v1:convert",
@@ -111,8 +115,8 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
 })
 
 
-def _resolve(spec: CommandSpec) -> Callable:
-    mod_name, fn_name = spec.target.split(":")
+def _resolve(spec: CommandSpec | str) -> Callable:
+    mod_name, fn_name = (spec.target if isinstance(spec, CommandSpec) else spec).split(":")
     return getattr(importlib.import_module(mod_name), fn_name)
 
 
@@ -209,8 +213,8 @@ def normalise_bool_flags(cfg_type: type, args: Sequence[str]) -> list[str]:
     return out
 
 
-def run_command(name: str, args: Sequence[str]) -> int:
-    """Parse ``args`` into the command's config dataclass and run it."""
+def parse_command(name: str, args: Sequence[str]) -> tuple[Callable, object]:
+    """The command's function and ``args`` parsed into its config dataclass."""
     import tyro
 
     from vsr.config_io import load_config
@@ -221,9 +225,13 @@ def run_command(name: str, args: Sequence[str]) -> int:
     cfg_path, rest = _pop_config_file(list(args))
     default = load_config(cfg_type, cfg_path) if cfg_path else None
     rest = normalise_bool_flags(cfg_type, rest)
-    cfg = tyro.cli(cfg_type, args=rest, prog=f"vsr {name}", description=spec.help, default=default)
-    rc = fn(cfg)
-    return int(rc or 0)
+    return fn, tyro.cli(cfg_type, args=rest, prog=f"vsr {name}", description=spec.help, default=default)
+
+
+def run_command(name: str, args: Sequence[str]) -> int:
+    """Parse ``args`` into the command's config dataclass and run it."""
+    fn, cfg = parse_command(name, args)
+    return int(fn(cfg) or 0)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -248,14 +256,43 @@ def _install_signal_handlers() -> None:
         signal.signal(signal.SIGTERM, _raise_interrupted)
 
 
-def interrupted_message(name: str, exc: KeyboardInterrupt) -> tuple[str, int]:
-    """The one line printed for an interrupted command and its exit code (128 + the signal's number)."""
+def resume_hint(name: str, cfg: object = None) -> str:
+    """How to continue command ``name`` after it stopped: its ``resume_hint`` function applied to ``cfg`` (what its
+    folder holds now), else its fixed ``on_interrupt`` hint (also when the folder cannot be read); "" for none."""
+    spec = COMMANDS[name] if name in COMMANDS else None
+    if spec is None:
+        return ""
+    if spec.resume_hint and cfg is not None:
+        try:
+            return _resolve(spec.resume_hint)(cfg)
+        except (OSError, ValueError):  # an unreadable folder: the fixed hint rather than no line at all
+            pass
+    return spec.on_interrupt
+
+
+def interrupted_message(name: str, exc: KeyboardInterrupt, cfg: object = None) -> tuple[str, int]:
+    """The one line printed for an interrupted command and its exit code (128 + the signal's number); ``cfg``
+    (the parsed config, when parsing finished) lets the hint say what the folder holds (:func:`resume_hint`)."""
     import signal
 
     signum = getattr(exc, "signum", signal.SIGINT)
-    hint = COMMANDS[name].on_interrupt if name in COMMANDS else ""
+    hint = resume_hint(name, cfg)
     line = f"vsr {name}: interrupted by {signal.Signals(signum).name}" + (f"; {hint}" if hint else "")
     return line, 128 + int(signum)
+
+
+def error_message(name: str, exc: BaseException, cfg: object = None) -> str:
+    """The text after ``vsr <command>: error:`` for an expected error: the message, or an ``OSError``'s reason and
+    file; a full disk also says how to continue once space is freed (:func:`resume_hint`)."""
+    from vsr.atomic import is_disk_full
+
+    if not isinstance(exc, OSError) or not exc.strerror:
+        return str(exc)
+    msg = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    if is_disk_full(exc):
+        hint = resume_hint(name, cfg)
+        msg += f"; free some space, then {hint}" if hint else "; free some space and rerun the command"
+    return msg
 
 
 #: expected failures: bad input, bad files, a full disk. Anything else is a bug and keeps its traceback.
@@ -271,9 +308,10 @@ def _debug_requested(args: list[str]) -> tuple[bool, list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Expected errors (:data:`EXPECTED_ERRORS`) print one line ``vsr <command>: error:
-    ...`` and exit 2 (1 for an ``OSError`` such as a full disk); ``--debug`` or ``VSR_DEBUG=1``
-    shows the traceback instead. Ctrl-C and SIGTERM print one line saying how to resume and exit
-    with 128 + the signal's number (130, 143)."""
+    ...`` and exit 2 (1 for an ``OSError`` such as a full disk, whose line names the file and says how to
+    continue once space is freed); ``--debug`` or ``VSR_DEBUG=1`` shows the traceback instead. Ctrl-C and
+    SIGTERM print one line saying how to resume (:func:`resume_hint`) and exit with 128 + the signal's number
+    (130, 143)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, argv = _debug_requested(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -295,21 +333,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_overview(sys.stderr)
         return 2
     _install_signal_handlers()
+    cfg = None
     try:
-        return run_command(name, rest)
+        fn, cfg = parse_command(name, rest)
+        return int(fn(cfg) or 0)
     except KeyboardInterrupt as exc:
         if debug:
             raise
-        line, code = interrupted_message(name, exc)
+        line, code = interrupted_message(name, exc, cfg)
         print(line, file=sys.stderr, flush=True)
         return code
     except EXPECTED_ERRORS as exc:
         if debug:
             raise
         code = 1 if isinstance(exc, OSError) else 2
-        msg = str(exc) if not isinstance(exc, OSError) or not exc.strerror else (
-            f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else ""))
-        print(f"vsr {name}: error: {msg}", file=sys.stderr)
+        print(f"vsr {name}: error: {error_message(name, exc, cfg)}", file=sys.stderr)
         print("(run with --debug or VSR_DEBUG=1 for the traceback)", file=sys.stderr)
         return code
 

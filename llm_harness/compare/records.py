@@ -61,16 +61,23 @@ def _sha256(path: Path) -> str:
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
-    """``{record key: entry}`` of a records root (empty when there is no manifest)."""
+    """``{record key: entry}`` of a records root (empty when there is no manifest); :class:`RecordError` naming the
+    file (and the line of a JSON syntax error) for a manifest that is not an object of entry objects."""
     path = Path(root) / MANIFEST
     if not path.is_file():
         return {}
+    fix = "restore it (a committed suite's: git checkout) or delete it to check the records without checksums"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path}:{exc.lineno}: not a JSON manifest ({exc.msg} at column {exc.colno}); {fix}") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise RecordError(f"{path}: not a JSON manifest ({exc}); delete it to check the records without checksums") from None
+        raise RecordError(f"{path}: not a JSON manifest ({exc}); {fix}") from None
     if not isinstance(data, dict) or not isinstance(data.get("records"), dict):
-        raise RecordError(f"{path}: expected an object with a 'records' mapping")
+        raise RecordError(f"{path}: expected an object with a 'records' mapping; {fix}")
+    bad = next((k for k, e in data["records"].items() if not isinstance(e, dict)), None)
+    if bad is not None:
+        raise RecordError(f"{path}: the entry of {bad!r} is {type(data['records'][bad]).__name__}, not an object; {fix}")
     return data["records"]
 
 
@@ -373,7 +380,7 @@ def _held_by(job: Job, done: bytes, metrics: bytes | None, records_root: Path,
 
 
 def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
-                   pointer_errors: list[RecordError] | None = None) -> bool:
+                   pointer_errors: list[RecordError] | None = None, report_only: bool = False) -> bool:
     """Put a job's record back into its run folder when the job is not finished there and the record's config
     matches it (:func:`matches`) and the record passes :func:`.records.verify_record`; returns whether it did.
     A manifest entry that points at a sibling suite's record (:mod:`.records`, "Pointers") is followed, the
@@ -381,7 +388,8 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
     A damaged or mismatched record is named and left unused (the job retrains), or refused with
     :class:`.records.RecordError` when ``retrain`` is false. With ``pointer_errors`` (a list), a pointer that cannot
     be followed is appended there instead, and ``False`` returned: the caller tries the sibling roots and reports
-    it only if none restores the job."""
+    it only if none restores the job. ``report_only``: nothing trains, and the line naming a damaged record says so.
+    """
     rec = record_dir(records_root, job)
     key = record_key(job)
     if is_done(job) or not ((rec / "done.json").is_file() or (Path(records_root) / MANIFEST).is_file()):
@@ -389,7 +397,7 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
     try:
         manifest = read_manifest(records_root)
     except RecordError as e:
-        return report_bad_record(e, retrain)
+        return report_bad_record(e, retrain, report_only)
     if is_pointer(manifest.get(key)):
         try:
             rec = follow_pointer(records_root, key, manifest[key])
@@ -397,22 +405,22 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
             if pointer_errors is not None:
                 pointer_errors.append(e)
                 return False
-            return report_bad_record(e, retrain)
+            return report_bad_record(e, retrain, report_only)
     if not (rec / "done.json").is_file():
         return False
     try:
         info = json.loads((rec / "done.json").read_text())
     except (ValueError, UnicodeDecodeError) as e:
-        return report_bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain)
+        return report_bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain, report_only)
     if not isinstance(info, dict):
-        return report_bad_record(RecordError(f"{rec / 'done.json'}: not a JSON object"), retrain)
+        return report_bad_record(RecordError(f"{rec / 'done.json'}: not a JSON object"), retrain, report_only)
     if not matches(info, job, rec):
         return False
     steps = None if job.method == "base" else int(job.mapping.get("steps", 0))
     try:
         verify_record(rec, info, key=key, manifest=manifest, steps=steps)
     except RecordError as e:
-        return report_bad_record(e, retrain)
+        return report_bad_record(e, retrain, report_only)
     d = Path(job.run_dir)
     if d.exists():
         shutil.rmtree(d)
@@ -425,8 +433,10 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
     return True
 
 
-def report_bad_record(err: RecordError, retrain: bool) -> bool:
+def report_bad_record(err: RecordError, retrain: bool, report_only: bool = False) -> bool:
+    """Refuse (``retrain`` false) or name a record that is not used, and what happens to its job instead."""
     if not retrain:
         raise RecordError(f"{err}; refusing (--no-retrain); delete the record to retrain the job") from None
-    print(f"vsr compare: record not used, the job trains again: {err}", flush=True)
+    then = "the job is left out of the report (--report-only trains nothing)" if report_only else "the job trains again"
+    print(f"vsr compare: record not used, {then}: {err}", flush=True)
     return False

@@ -128,6 +128,7 @@ def _run_locked(cfg: CompareConfig) -> int:
 
     from llm_harness.compare.report import write_report
 
+    roots = _readable_records_roots(cfg) if cfg.records else []  # a damaged manifest: refused before any work
     kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.common.pool_section)
     if cfg.records and not kept_pool.is_file():  # a new suite's first part: a sibling's kept pool (same bytes, or reselected)
         kept_pool = next((r.parent / "pool.json" for r in cfg.shared_records_roots if (r.parent / "pool.json").is_file()),
@@ -144,11 +145,12 @@ def _run_locked(cfg: CompareConfig) -> int:
     own: list[Job] = []
     for j in planned if cfg.records else ():
         broken: list[RecordError] = []  # this suite's pointer for j cannot be followed: a sibling may still restore j
-        root = next((r for r in (cfg.records_root, *cfg.shared_records_roots)
-                     if restore_record(j, r, retrain=cfg.retrain, pointer_errors=broken if r == cfg.records_root else None)),
+        root = next((r for r in roots
+                     if restore_record(j, r, retrain=cfg.retrain, report_only=cfg.report_only,
+                                       pointer_errors=broken if r == cfg.records_root else None)),
                     None)
         if root is None and broken:
-            report_bad_record(broken[0], cfg.retrain)
+            report_bad_record(broken[0], cfg.retrain, cfg.report_only)
         if root is not None:
             restored[root] = restored.get(root, 0) + 1
             if root == cfg.records_root:
@@ -199,6 +201,30 @@ def _run_locked(cfg: CompareConfig) -> int:
     path = write_report(cfg, current, train_wall_s=wall if todo else None, missing=absent)
     print(f"report: {path}", flush=True)
     return 1 if failures else 0
+
+
+def _readable_records_roots(cfg: CompareConfig) -> list[Path]:
+    """The records roots to restore from, each manifest read once (not once per job): this suite's own, whose
+    damaged manifest stops the call before anything is restored, trained or reported (no finished run's record could
+    be added to it, and ``--report-only`` cannot check the records it would report), then the siblings' that read
+    (a damaged one is named once and not used; refused with ``--no-retrain``)."""
+    try:
+        read_manifest(cfg.records_root)
+    except RecordError as e:
+        raise RecordError(f"{e} (vsr compare stopped before restoring, training or reporting anything)") from None
+    roots = [cfg.records_root]
+    for root in cfg.shared_records_roots:
+        try:
+            read_manifest(root)
+        except RecordError as e:
+            if not cfg.retrain:
+                raise RecordError(f"{e}; refusing (--no-retrain)") from None
+            then = "their jobs are left out of the report" if cfg.report_only else "their jobs train again"
+            print(f"vsr compare: a sibling suite's records are not used, {then} unless restored from another "
+                  f"folder: {e}", flush=True)
+            continue
+        roots.append(root)
+    return roots
 
 
 def make_curriculum_figure(out_dir: Any, quick: bool = False) -> int:

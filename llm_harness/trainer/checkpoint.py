@@ -44,7 +44,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from vsr.atomic import write_text
+from vsr.atomic import is_disk_full, write_text
 
 __all__ = [
     "FORMAT_VERSION",
@@ -350,8 +350,10 @@ def write_checkpoint(final: str | os.PathLike, step: int, state: Mapping[str, An
         _fsync_dir(final.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc) and exc.filename is None:  # name the checkpoint, not the hidden temporary folder
+            raise OSError(exc.errno, exc.strerror, str(final)) from exc
         raise
     return final
 

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from vsr.atomic import write_text
+from vsr.atomic import naming_path, write_text
 
 __all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "parse_jsonl", "read_metrics"]
 
@@ -166,13 +166,13 @@ class MetricsWriter:
         """Append one step's metrics (non-finite floats become null)."""
         row = {k: _clean(v) for k, v in row.items()}
         self.rows.append(row)
-        with open(self.jsonl, "a") as fh:
+        with naming_path(self.jsonl), open(self.jsonl, "a") as fh:  # a full disk names the file
             fh.write(json.dumps(row) + "\n")
             fh.flush()
         if self._extend(row):
             self._write_csv()
         else:
-            with open(self.csv, "a", newline="") as fh:
+            with naming_path(self.csv), open(self.csv, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore").writerow(row)
         if self._tb is not None:
             step = int(row.get("step", len(self.rows)))

@@ -176,10 +176,10 @@ def test_two_trains_into_one_folder_and_a_ctrl_c_that_stops_cleanly(tmp_path):
     finally:
         first.kill()
     assert first.returncode == 130, err
-    assert err.strip().splitlines()[-1] == ("vsr train: interrupted by SIGINT; rerun the same command with "
-                                            "--run.resume true to continue from the last checkpoint")
-    assert "Traceback" not in err
     last = int(_checkpoints(run)[-1].split("_")[1])
+    assert err.strip().splitlines()[-1] == ("vsr train: interrupted by SIGINT; rerun the same command with "
+                                            f"--run.resume true to continue from the last checkpoint (step {last})")
+    assert "Traceback" not in err
     resumed = subprocess.run([sys.executable, "-m", "vsr", "train", "--config", _cfg(tmp_path, last + 2),
                               "--run.run-dir", str(run), "--run.resume", "true"], capture_output=True, text=True,
                              env=ENV, timeout=300)
