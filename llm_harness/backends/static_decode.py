@@ -125,6 +125,10 @@ class StaticQwen2Decoder:
         self.inv_freq = rot.inv_freq.float()
         self.keys, self.values, self.used = keys, values, int(used)
         self._fused = [fused_projections(layer) for layer in self.layers]  # copies: rebuilt per decoder (weights change)
+        dev = self.embed.device.type
+        if torch.is_autocast_enabled(dev):  # cast the fused copies once: autocast re-casts a non-leaf on every call
+            dt = torch.get_autocast_dtype(dev)
+            self._fused = [tuple(None if t is None else t.to(dt) for t in f) for f in self._fused]
 
     @classmethod
     def from_cache(cls, model: Any, cache: Any, extra: int) -> "StaticQwen2Decoder":
