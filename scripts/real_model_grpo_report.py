@@ -122,7 +122,7 @@ the model's own tokenizer and chat template. Reproduce: `scripts/real_model_grpo
 | --- | --- | --- |
 | before | {f(summary['avg_at_k_before'])} | {summary['pass_at_k_before']:.3f} |
 | after {len(rows)} updates | {f(summary['avg_at_k_after'])} | {summary['pass_at_k_after']:.3f} |
-| change (paired by problem) | {f(summary['delta'])}, paired t-test p = {summary['paired_t_p']:.3f} | |
+| change (paired by problem) | {f(summary['delta'])}, paired t-test p = {summary['paired_t_p']:.2g} | |
 
 | level | avg@{k} before | after |
 | --- | --- | --- |
