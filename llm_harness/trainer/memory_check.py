@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PassEstimate", "available_bytes", "check_memory", "estimate_pass_bytes"]
+__all__ = ["PassEstimate", "StepEstimate", "available_bytes", "check_memory", "check_step_memory", "estimate_pass_bytes",
+           "estimate_step", "proc_kib_field"]
 
 #: float32 copies of the logits alive in one pass: logits, log-softmax/entropy, gradient
 LOGIT_COPIES = 3
@@ -34,16 +35,22 @@ class PassEstimate:
         return self.rows * self.tokens * self.vocab * 4 * LOGIT_COPIES
 
 
-def available_bytes() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where there is no such file)."""
+def proc_kib_field(path: str, key: str) -> int | None:
+    """The ``key:`` line of a ``/proc`` file given in kB (``/proc/meminfo``, ``/proc/self/status``), in bytes; None
+    where the file or the line is missing."""
     try:
-        with open("/proc/meminfo") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def available_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where there is no such file)."""
+    return proc_kib_field("/proc/meminfo", "MemAvailable")
 
 
 def estimate_pass_bytes(cfg: Any, *, prompt_tokens: int, vocab: int, max_context: int | None) -> PassEstimate:

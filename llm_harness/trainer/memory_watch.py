@@ -28,14 +28,9 @@ GB = 2**30
 
 def peak_rss_bytes() -> int | None:
     """``VmHWM`` (the process's peak resident set since start or the last reset) in bytes; None if unreadable."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    from llm_harness.trainer.memory_check import proc_kib_field
+
+    return proc_kib_field("/proc/self/status", "VmHWM")
 
 
 def reset_peak_rss() -> bool:
