@@ -5,7 +5,9 @@
 #              test-bed model at large batch (512 prompts x 8 samples) against plain model.generate (gpu_check.json).
 # Phase 2 runs its steps at the same time (one GPU, 16 CPU cores on a lent machine; each step its own log):
 #   backend    the backend pytest suite on the GPU (VSR_TEST_DEVICE=cuda), when pytest + hypothesis are installed;
-#   train      scripts/gpu_check_train.py: GRPO and all method plug-ins composed on CUDA, with stop + resume;
+#   train      scripts/gpu_check_train.py: GRPO and all method plug-ins composed on CUDA, with stop + resume; the
+#              lean bf16 step (group prompt once, fused AdamW, inverse-CDF sampler, static decode, run.precision bf16)
+#              with its CUDA memory record, train/sample gap and a resume through its streamed checkpoint;
 #   study      one prefix-value study (sigma-validation, quick) with the HF backend on CUDA;
 #   vllm       with vLLM importable: 3 GRPO steps and that study with --backend vllm (weight sync on the GPU);
 #   agents     vsr eval --env sokoban (and babyai with minigrid), then GiGPO + VSR training with stop + resume;

@@ -1,5 +1,8 @@
 """GPU check of the trainer (issues 6 and 7): train the test-bed 'mid' checkpoint on CUDA with GRPO and
-with every method plug-in composed (VSR + ExTra + |A| replay), then resume the composed run.
+with every method plug-in composed (VSR + ExTra + |A| replay), then resume the composed run; and the lean bf16
+step (``lean_bf16``: each group's prompt once, fused AdamW, inverse-CDF sampler, static decode, micro-batches,
+``run.precision bf16`` with its rollout correction), checking its memory record (CUDA peak allocated per phase),
+the train/sample gap it logs, and a stop + resume through its streamed checkpoint.
 
 For each run it records steps/s, the split of step time, losses and the final held-out avg@k, and
 checks that the policy's parameters and the training batch live on the GPU, that every loss is
@@ -53,11 +56,28 @@ def _run(name: str, cfg, device: str) -> dict:
     return out
 
 
+def _check_lean(run_dir: Path, device: str) -> list[str]:
+    """The lean bf16 run's memory record and gap metrics: what a real GPU run must show (failures as text)."""
+    fails = []
+    mem = json.loads((run_dir / "memory.json").read_text())
+    want = "peak_allocated" if device == "cuda" else "peak_rss"
+    if mem.get("kind") != want or not all(v > 0 for v in mem.get("peak_gb", {}).values()):
+        fails.append(f"lean_bf16: memory.json kind {mem.get('kind')!r} (want {want!r}) or a zero peak: {mem}")
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    gaps = [r["mismatch_logp_mean"] for r in rows if r.get("mismatch_logp_mean") is not None]
+    if not gaps or not all(0 <= g < 1 for g in gaps):
+        fails.append(f"lean_bf16: the train/sample gap is missing or out of range: {gaps[:5]}")
+    else:
+        print(f"lean_bf16: gap |dlog p| mean {sum(gaps) / len(gaps):.4f} over {len(gaps)} steps; memory {mem}", flush=True)
+    return fails
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--allow-cpu", action="store_true", help="try the script on a CPU machine (small sizes)")
+    ap.add_argument("--runs", nargs="*", default=["grpo", "compose_all", "lean_bf16"], help="which runs")
     a = ap.parse_args(argv)
 
     import torch
@@ -71,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
-    for name, path in (("grpo", "testbed_grpo.yaml"), ("compose_all", "testbed_compose.yaml")):
+    lean = {"group_prompt_once": True, "fused_optimizer": True, "sampler": "inverse_cdf", "static_decode": True,
+            "micro_batch_rows": 16, "precision": "bf16"}
+    runs = (("grpo", "testbed_grpo.yaml"), ("compose_all", "testbed_compose.yaml"), ("lean_bf16", "testbed_grpo.yaml"))
+    for name, path in (r for r in runs if r[0] in a.runs):
         cfg = load_config(TrainConfig, ROOT / "configs" / path)
         plugins = dict(cfg.plugins)
         if name == "compose_all":  # every method on at once, warm-ups short enough to act in the run
@@ -83,13 +106,17 @@ def main(argv: list[str] | None = None) -> int:
             validation=replace(cfg.validation, every=a.steps, n_problems=200, k=4),
             run=replace(cfg.run, run_dir=str(run_dir), checkpoint_every=a.steps // 2, progress=False),
         )
+        if name == "lean_bf16":
+            cfg = replace(cfg, run=replace(cfg.run, **lean))
         try:
             res = _run(name, cfg, device)
             results.append(res)
             print(json.dumps(res), flush=True)
             if not (res["params_on_device"] and res["all_losses_finite"] and res["steps"] == a.steps):
                 failures.append(f"{name}: device/finite/steps check failed")
-            if name == "compose_all":  # stop half-way, then resume from the checkpoint
+            if name == "lean_bf16":
+                failures += _check_lean(run_dir, device)
+            if name in ("compose_all", "lean_bf16"):  # stop half-way, then resume from the checkpoint
                 half = replace(cfg, run=replace(cfg.run, run_dir=str(run_dir) + "_resume", stop_after=a.steps // 2))
                 r1 = _run(name + "_first_half", half, device)
                 r2 = _run(name + "_resumed", replace(half, run=replace(half.run, resume=True, stop_after=0)), device)
