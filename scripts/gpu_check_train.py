@@ -65,7 +65,12 @@ def _check_lean(run_dir: Path, device: str) -> list[str]:
         fails.append(f"lean_bf16: memory.json kind {mem.get('kind')!r} (want {want!r}) or a zero peak: {mem}")
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     gaps = [r["mismatch_logp_mean"] for r in rows if r.get("mismatch_logp_mean") is not None]
-    if not gaps or not all(0 <= g < 1 for g in gaps):
+    from llm_harness.trainer.precision import bf16_support
+
+    why = bf16_support(device)
+    if why is not None:  # bf16 not native here: the run fell back to float32 and has no gap to check
+        print(f"lean_bf16: ran in float32 ({why})", flush=True)
+    elif not gaps or not all(0 <= g < 1 for g in gaps):
         fails.append(f"lean_bf16: the train/sample gap is missing or out of range: {gaps[:5]}")
     else:
         print(f"lean_bf16: gap |dlog p| mean {sum(gaps) / len(gaps):.4f} over {len(gaps)} steps; memory {mem}", flush=True)
