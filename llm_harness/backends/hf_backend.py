@@ -117,6 +117,31 @@ class HFBackendConfig:
         check_number("score_chunk_bytes", self.score_chunk_bytes, 1, integer=True)
 
 
+def cache_keyword(decoder: Any) -> str:
+    """The keyword a decoder's ``forward`` takes its KV cache under (``cache`` or, in transformers 4-5,
+    ``past_key_values``)."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
+def new_dynamic_cache(config: Any) -> Any:
+    """An empty ``DynamicCache`` for a model of ``config`` (passed explicitly: transformers 4.x returns legacy tuples
+    otherwise)."""
+    from transformers import DynamicCache
+
+    if "config" in inspect.signature(DynamicCache.__init__).parameters:
+        return DynamicCache(config=config)
+    return DynamicCache()
+
+
+def bf16_autocast(device_type: str, enabled: bool) -> Any:
+    """``torch.autocast`` to bfloat16 on ``device_type`` when ``enabled``, else a no-op context."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+
+
 def _resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -172,8 +197,7 @@ class HFBackend:
         if self._head is None:
             raise ValueError(f"model: {type(model).__name__} has no output embedding (lm_head)")
         self._softcap = getattr(cfg, "final_logit_softcapping", None)
-        params = inspect.signature(self._decoder.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(self._decoder)
         self._vocab_size = int(self._head.weight.shape[0])
         max_ctx = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         if max_ctx is None:
@@ -282,11 +306,7 @@ class HFBackend:
 
     def _autocast(self) -> Any:
         """bf16 autocast on the model's device when ``config.autocast_bf16``, else a no-op context."""
-        import contextlib
-
-        if not self.config.autocast_bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return bf16_autocast(self.device.type, self.config.autocast_bf16)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         z = self._head(h)
@@ -295,12 +315,7 @@ class HFBackend:
         return z
 
     def _new_cache(self) -> Any:
-        """An empty ``DynamicCache`` (passed explicitly: transformers 4.x returns legacy tuples otherwise)."""
-        from transformers import DynamicCache
-
-        if "config" in inspect.signature(DynamicCache.__init__).parameters:
-            return DynamicCache(config=self.model.config)
-        return DynamicCache()
+        return new_dynamic_cache(self.model.config)
 
     def _decode(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any):
         out = self._decoder(

@@ -512,16 +512,11 @@ def verify_files(path: str | os.PathLike, meta: Mapping[str, Any], files: tuple[
             raise CorruptCheckpointError(f"checkpoint: {f} is corrupt (checksum mismatch)")
 
 
-def _load_tensor_file(f: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file, read tensor by tensor from the file (writable copies: the optimizer
-    updates its moments in place)."""
-    return safetensors.torch.load_file(f)
-
-
-#: file -> reader of a verified checkpoint file (tensors from the file itself, the small files through bytes)
+#: file -> reader of a verified checkpoint file (tensors read from the file itself as writable copies — the optimizer
+#: updates its moments in place —, the small files through bytes)
 _FILE_READERS: dict[str, Callable[[Path], Any]] = {
-    "model.safetensors": _load_tensor_file,
-    "tensors.safetensors": _load_tensor_file,
+    "model.safetensors": safetensors.torch.load_file,
+    "tensors.safetensors": safetensors.torch.load_file,
     "arrays.npz": lambda f: _read_arrays(f.read_bytes()),
     "state.json": lambda f: json.loads(f.read_bytes()),
 }

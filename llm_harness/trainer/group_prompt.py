@@ -25,7 +25,6 @@ makes them; :func:`group_rows` refuses others.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,10 +82,6 @@ def group_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask:
                          leader=torch.tensor(leader, dtype=torch.long, device=dev), lengths=lengths)
 
 
-def _cache_kw(decoder: Any) -> str:
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
-
-
 def group_shared_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                         loss_mask: torch.Tensor) -> torch.Tensor:
     """Final hidden states ``[B, L - 1, hidden]`` at every trained position (``loss_mask`` 1; zeros elsewhere)
@@ -104,11 +99,10 @@ def group_shared_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
     ctx_cols = torch.arange(C, device=dev)[None]
     ctx_mask = (ctx_cols < ctx_len[:, None]).to(attention_mask.dtype)  # [U, C], right-padded
     ctx_ids = torch.where(ctx_mask.bool(), input_ids[groups.leader, :C], input_ids.new_zeros(()))
-    from transformers import DynamicCache
+    from llm_harness.backends.hf_backend import cache_keyword, new_dynamic_cache
 
-    cache = DynamicCache(config=model.config) if "config" in inspect.signature(DynamicCache.__init__).parameters \
-        else DynamicCache()
-    kw = _cache_kw(decoder)
+    cache = new_dynamic_cache(model.config)
+    kw = cache_keyword(decoder)
     pre = decoder(input_ids=ctx_ids, attention_mask=ctx_mask, position_ids=ctx_cols.expand(ctx_ids.shape[0], -1),
                   use_cache=True, **{kw: cache})  # fills ``cache`` in place
     g = groups.group[rows]

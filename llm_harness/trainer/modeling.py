@@ -219,9 +219,9 @@ def sequence_logprobs(
     elif n == 0:
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
     else:
-        import inspect
+        from llm_harness.backends.hf_backend import cache_keyword
 
-        cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+        cache_kw = cache_keyword(decoder)
         pre = decoder(input_ids=input_ids[:1, :n], use_cache=True)
         cache = getattr(pre, "cache", None)
         cache = pre.past_key_values if cache is None else cache

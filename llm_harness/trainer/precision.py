@@ -19,8 +19,7 @@ truncation trades that for bounded variance. The gap is measured every step: mea
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -47,14 +46,12 @@ def bf16_support(device: torch.device | str) -> str | None:
     return None if (amx or avx) else "this CPU has neither AMX-BF16 nor AVX512-BF16"
 
 
-@contextlib.contextmanager
-def autocast(device: torch.device | str, enabled: bool) -> Iterator[None]:
-    """``torch.autocast`` to bfloat16 on ``device`` when ``enabled``; a no-op otherwise."""
-    if not enabled:
-        yield
-        return
-    with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
-        yield
+def autocast(device: torch.device | str, enabled: bool) -> Any:
+    """``torch.autocast`` to bfloat16 on ``device`` when ``enabled``; a no-op otherwise (the sampler's own context,
+    :func:`llm_harness.backends.hf_backend.bf16_autocast`)."""
+    from llm_harness.backends.hf_backend import bf16_autocast
+
+    return bf16_autocast(torch.device(device).type, enabled)
 
 
 def rollout_is_weights(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask: torch.Tensor,
