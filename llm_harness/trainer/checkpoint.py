@@ -62,6 +62,8 @@ __all__ = [
     "read_verified",
     "restore_rng",
     "save_checkpoint",
+    "step_folders",
+    "folder_step",
     "tensors_to_bytes",
     "verify_files",
     "write_checkpoint",
@@ -426,6 +428,22 @@ def remove_stale_temporaries(ckpt_root: str | os.PathLike) -> list[Path]:
     return stale
 
 
+def step_folders(ckpt_root: str | os.PathLike) -> list[Path]:
+    """The ``step_*`` checkpoint folders under ``ckpt_root``, newest first (none when it does not exist). A folder of
+    that name is complete once it is there (written hidden, then renamed); whether it is intact is another check."""
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name,
+                  reverse=True)
+
+
+def folder_step(path: str | os.PathLike) -> int | None:
+    """The step a ``step_NNNNNN`` folder name states (None for another name)."""
+    m = _STEP_DIR.fullmatch(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
 def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = None,
                    validate: Any = None) -> tuple[Path, dict[str, Any], list[str]]:
     """The newest intact checkpoint under ``ckpt_root``: ``(path, load_checkpoint(path), skipped)``.
@@ -447,11 +465,9 @@ def find_resumable(ckpt_root: str | os.PathLike, *, fingerprint: str | None = No
             order.append(named)  # a folder outside the step_* naming: only the pointer knows it
     except CorruptCheckpointError as exc:
         skipped.append(str(exc))
-    if root.is_dir():
-        # every step_* folder newest first, not the pointer's first: an interrupt between a checkpoint's rename and the
-        # pointer's update leaves ``latest`` one checkpoint behind
-        order += sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name,
-                        reverse=True)
+    # every step_* folder newest first, not the pointer's first: an interrupt between a checkpoint's rename and the
+    # pointer's update leaves ``latest`` one checkpoint behind
+    order += step_folders(root)
     for path in order:
         try:
             ck = load_checkpoint(path, fingerprint=fingerprint)
@@ -530,9 +546,9 @@ def _verify_meta(path: Path, meta: Mapping[str, Any]) -> None:
         raise CorruptCheckpointError(f"checkpoint: {path / META_SUM} is missing or corrupt") from None
     if hashlib.sha256((path / "meta.json").read_bytes()).hexdigest() != want:
         raise CorruptCheckpointError(f"checkpoint: {path}/meta.json is corrupt (checksum mismatch)")
-    m = _STEP_DIR.fullmatch(path.name)
-    if m is not None and int(m.group(1)) != meta.get("step"):
-        raise CorruptCheckpointError(f"checkpoint: {path}/meta.json says step {meta.get('step')!r}, the folder is step {int(m.group(1))}")
+    named = folder_step(path)
+    if named is not None and named != meta.get("step"):
+        raise CorruptCheckpointError(f"checkpoint: {path}/meta.json says step {meta.get('step')!r}, the folder is step {named}")
 
 
 def load_checkpoint(path: str | os.PathLike, *, fingerprint: str | None = None) -> dict[str, Any]:

@@ -150,17 +150,15 @@ def resume_hint(cfg: TrainConfig) -> str:
     """How to continue a ``vsr train`` run that stopped (Ctrl-C, SIGTERM, a full disk), from what its run folder
     holds now: the step of its newest complete checkpoint (the one ``--run.resume true`` starts from), or that it
     has none yet, so it starts again. Reads only the checkpoints' ``meta.json`` (no checksum of the tensors)."""
-    from llm_harness.trainer.checkpoint import _STEP_DIR, CorruptCheckpointError, read_meta
+    from llm_harness.trainer.checkpoint import CorruptCheckpointError, folder_step, read_meta, step_folders
 
     root = Path(cfg.run.run_dir) / "checkpoints"
-    folders = sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)),
-                     key=lambda p: p.name, reverse=True) if root.is_dir() else []
-    for folder in folders:  # a step_* folder is complete once there (written hidden, then renamed)
+    for folder in step_folders(root):
         try:
             step = read_meta(folder).get("step")
         except CorruptCheckpointError:
             continue
-        if step == int(_STEP_DIR.fullmatch(folder.name).group(1)):
+        if step == folder_step(folder):
             return f"rerun the same command with --run.resume true to continue from the last checkpoint (step {step})"
     again = "rerun it without --run.resume" if cfg.run.resume else "rerun the same command"
     return (f"{again} to start the run again: it has no checkpoint yet (none complete in {root}), so "
