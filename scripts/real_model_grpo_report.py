@@ -37,6 +37,16 @@ def _run_options(out: Path) -> dict:
     return {k: run[k] for k in keys if k in run}
 
 
+def _gap_line(gap: dict) -> str:
+    """The bf16 run's train/sample log-prob gap and its importance-weight correction, as one README bullet."""
+    if not gap:
+        return ""
+    return ("* bf16 train/sample gap (medians over the updates): |log pi_train - log pi_sample| mean "
+            f"{gap.get('mismatch_logp_mean', float('nan')):.4f}, p99 {gap.get('mismatch_logp_p99', float('nan')):.4f}; "
+            f"truncated-IS weight mean {gap.get('tis_weight_mean', float('nan')):.4f}, "
+            f"fraction truncated {gap.get('tis_truncated_frac', float('nan')):.4f}\n")
+
+
 def _memory_lines(mem: dict | None) -> str:
     """The trainer's memory.json as README bullets (fixed parts, peak by phase)."""
     if not mem:
@@ -63,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--backend", default="hf")
     ap.add_argument("--load", default="", help="the machine's load while the run trained, in words (README)")
+    ap.add_argument("--note", default="", help="a paragraph under the title (how this variant was run, README)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     before = json.loads((out / "eval_before" / "eval.json").read_text())
@@ -103,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         "time_split_median_s": split, "peak_rss_mib": _peak_rss_mib(out / "train_time.txt"),
         "memory": json.loads((out / "memory.json").read_text()) if (out / "memory.json").is_file() else None,
         "run_options": _run_options(out),
+        # bf16 only: the train/sample log-prob gap and the truncated-IS correction (medians over the updates)
+        "precision_gap": {key: statistics.median(r[key] for r in rows if r.get(key) is not None)
+                          for key in ("mismatch_logp_mean", "mismatch_logp_p99", "tis_weight_mean",
+                                      "tis_truncated_frac") if any(r.get(key) is not None for r in rows)},
     }
     write_text(out / "summary.json", json.dumps(summary, indent=2))
     f = lambda t: f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"  # noqa: E731
@@ -116,7 +131,7 @@ lr 5e-6, VSR with rho 0.25 cold-started from the reference solutions), generatio
 the model's own tokenizer and chat template. Reproduce: `scripts/real_model_grpo.sh {a.backend}` (after
 `make real-model`; `make vllm-test` builds the vLLM environment).
 
-## Held-out accuracy (test split, {len(b)} prompts x {k} samples at T = 1)
+{(a.note + chr(10) + chr(10)) if a.note else ''}## Held-out accuracy (test split, {len(b)} prompts x {k} samples at T = 1)
 
 | | avg@{k}, 95 % interval (problems as units) | pass@{k} |
 | --- | --- | --- |
@@ -141,7 +156,7 @@ updates, {summary['reward_mean_last5']:.3f} over the last five.
   median split (s): {sp}
 * peak resident memory of the training process: {summary['peak_rss_mib'] or float('nan'):.0f} MiB (GNU time)
 {_memory_lines(summary['memory'])}* run options: {', '.join(f'{k_} {v}' for k_, v in summary['run_options'].items()) or 'the defaults'}
-{('* machine: ' + a.load) if a.load else ''}
+{_gap_line(summary['precision_gap'])}{('* machine: ' + a.load) if a.load else ''}
 
 ## Reading
 

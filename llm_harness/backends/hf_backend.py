@@ -84,6 +84,11 @@ class HFBackendConfig:
     """Decode over a preallocated KV cache with the model's weights as plain tensor calls
     (:mod:`llm_harness.backends.static_decode`; Qwen2-family models only, refused otherwise); logits
     equal the HF step's up to float rounding, so samples can differ in rare near ties. Off by default."""
+    packed_weights: bool = True
+    """With ``static_decode``: the decoder's matmuls (and the output head's) on weight copies packed once per
+    ``generate`` call for the CPU's GEMM kernels (:mod:`llm_harness.backends.packed_linear`: MKL in float32,
+    bit-identical to ``F.linear`` from 5 rows; oneDNN under bf16 autocast where the CPU has native bf16);
+    elsewhere (a GPU, a CPU without them) the plain matmuls. Costs one packed copy of the weights while sampling."""
     autocast_bf16: bool = False
     """Generate and score under ``torch.autocast`` to bfloat16 on the model's (float32) weights: bf16 matmuls,
     float32 softmax and sampling (the trainer's ``run.precision: bf16``)."""
@@ -186,6 +191,7 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any = None, *, config: HFBackendConfig = HFBackendConfig()):
         self.config = config
+        self._packs = None  # packed weights of the current generate call (static decode)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
@@ -308,8 +314,8 @@ class HFBackend:
         """bf16 autocast on the model's device when ``config.autocast_bf16``, else a no-op context."""
         return bf16_autocast(self.device.type, self.config.autocast_bf16)
 
-    def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        z = self._head(h)
+    def _logits(self, h: torch.Tensor, head: Any = None) -> torch.Tensor:
+        z = (head or self._head)(h)
         if self._softcap:
             z = torch.tanh(z / self._softcap) * self._softcap
         return z
@@ -351,11 +357,18 @@ class HFBackend:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         per_batch = max(1, self.config.max_batch_sequences // n)
         results: list[list[Sample] | None] = [None] * len(prompts)
-        with torch.inference_mode(), self._autocast():
-            for start in range(0, len(order), per_batch):
-                idx = order[start : start + per_batch]
-                for i, samples in zip(idx, self._generate_batch([prompts[i] for i in idx], n, sampling, stop, gen)):
-                    results[i] = samples
+        if self.config.static_decode and self.config.packed_weights:
+            from llm_harness.backends.packed_linear import PackCache
+
+            self._packs = PackCache()  # one packing per call: the weights change between calls (training)
+        try:
+            with torch.inference_mode(), self._autocast():
+                for start in range(0, len(order), per_batch):
+                    idx = order[start : start + per_batch]
+                    for i, samples in zip(idx, self._generate_batch([prompts[i] for i in idx], n, sampling, stop, gen)):
+                        results[i] = samples
+        finally:
+            self._packs = None  # the packed copies are freed with the call
         return results  # type: ignore[return-value]
 
     def _generate_batch(
@@ -394,7 +407,7 @@ class HFBackend:
         if self.config.static_decode:
             from llm_harness.backends.static_decode import StaticQwen2Decoder
 
-            fast = StaticQwen2Decoder.from_cache(self.model, cache, t_max)
+            fast = StaticQwen2Decoder.from_cache(self.model, cache, t_max, self._packs)
             cache = None
         out_tok = torch.zeros((rows, t_max), dtype=torch.long, device=dev)
         out_lp = torch.zeros((rows, t_max), dtype=torch.float32, device=dev)
@@ -429,7 +442,7 @@ class HFBackend:
                 done = done[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             if fast is not None:
-                logits = self._logits(fast.step(tok, next_pos, mask))
+                logits = self._logits(fast.step(tok, next_pos, mask), fast.head)
             else:
                 hidden, cache = self._decode(tok[:, None], mask, next_pos[:, None], cache)
                 logits = self._logits(hidden[:, -1])

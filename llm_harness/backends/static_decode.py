@@ -39,6 +39,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from llm_harness.backends.packed_linear import PackCache, packed_linear
+
 __all__ = ["SUPPORTED_TYPES", "StaticQwen2Decoder", "fused_projections", "qwen2_rms_norm", "rotate_half", "supports"]
 
 
@@ -107,7 +109,8 @@ class StaticQwen2Decoder:
     :meth:`select` keeps a subset of rows (finished rows dropped).
     """
 
-    def __init__(self, model: Any, keys: list[torch.Tensor], values: list[torch.Tensor], used: int):
+    def __init__(self, model: Any, keys: list[torch.Tensor], values: list[torch.Tensor], used: int,
+                 packs: PackCache | None = None):
         why = supports(model)
         if why is not None:
             raise ValueError(f"model: static decode does not support this model ({why})")
@@ -124,15 +127,49 @@ class StaticQwen2Decoder:
         self.attention_scaling = float(getattr(rot, "attention_scaling", 1.0))
         self.inv_freq = rot.inv_freq.float()
         self.keys, self.values, self.used = keys, values, int(used)
-        self._fused = [fused_projections(layer) for layer in self.layers]  # copies: rebuilt per decoder (weights change)
         dev = self.embed.device.type
-        if torch.is_autocast_enabled(dev):  # cast the fused copies once: autocast re-casts a non-leaf on every call
-            dt = torch.get_autocast_dtype(dev)
-            self._fused = [tuple(None if t is None else t.to(dt) for t in f) for f in self._fused]
+        autocast_dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        self.head = None  # packed: the output projection on packed weights (the backend applies soft-capping)
+        if packs is not None:  # every matmul on weights packed once (llm_harness.backends.packed_linear)
+            dt = autocast_dt or self.embed.dtype
+            self._lin = [self._packed_layer(packs, li, layer, dt) for li, layer in enumerate(self.layers)]
+            head = model.get_output_embeddings()
+            self.head = packs.get(("head",), (head.weight, getattr(head, "bias", None)),
+                                  lambda: packed_linear(head.weight, getattr(head, "bias", None), dt))
+            return
+        fused = [fused_projections(layer) for layer in self.layers]  # copies: rebuilt per decoder (weights change)
+        if autocast_dt is not None:  # cast the fused copies once: autocast re-casts a non-leaf on every call
+            fused = [tuple(None if t is None else t.to(autocast_dt) for t in f) for f in fused]
+        self._lin = [self._plain_layer(layer, *f) for layer, f in zip(self.layers, fused)]
+
+    @staticmethod
+    def _plain_layer(layer: Any, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None, w_gu: torch.Tensor) -> tuple:
+        """``(qkv, o, gate_up, down)`` as ``F.linear`` calls (under autocast: autocast's casts)."""
+        o, down = layer.self_attn.o_proj, layer.mlp.down_proj
+        return (lambda h: F.linear(h, w_qkv, b_qkv), lambda a: F.linear(a, o.weight, o.bias),
+                lambda h: F.linear(h, w_gu), lambda m: F.linear(m, down.weight))
+
+    @staticmethod
+    def _packed_layer(packs: PackCache, li: int, layer: Any, dt: torch.dtype) -> tuple:
+        """``(qkv, o, gate_up, down)`` on packed weights, reused from ``packs`` while the parameters are unchanged."""
+        att, mlp = layer.self_attn, layer.mlp
+        qkv_src = tuple(t for p in (att.q_proj, att.k_proj, att.v_proj) for t in (p.weight, p.bias))
+
+        def qkv() -> Any:
+            w, b, _ = fused_projections(layer)  # gate/up built too: cheap next to the packing
+            return packed_linear(w, b, dt)
+
+        return (packs.get(("qkv", li), qkv_src, qkv),
+                packs.get(("o", li), (att.o_proj.weight, att.o_proj.bias),
+                          lambda: packed_linear(att.o_proj.weight, att.o_proj.bias, dt)),
+                packs.get(("gu", li), (mlp.gate_proj.weight, mlp.up_proj.weight),
+                          lambda: packed_linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0), None, dt)),
+                packs.get(("down", li), (mlp.down_proj.weight,), lambda: packed_linear(mlp.down_proj.weight, None, dt)))
 
     @classmethod
-    def from_cache(cls, model: Any, cache: Any, extra: int) -> "StaticQwen2Decoder":
-        """Copy a prefilled ``DynamicCache`` into preallocated tensors with ``extra`` free columns."""
+    def from_cache(cls, model: Any, cache: Any, extra: int, packs: PackCache | None = None) -> "StaticQwen2Decoder":
+        """Copy a prefilled ``DynamicCache`` into preallocated tensors with ``extra`` free columns; with ``packs``,
+        the matmuls run on packed weights kept there (:mod:`llm_harness.backends.packed_linear`)."""
         layers = getattr(cache, "layers", None)
         if layers is None:
             raise ValueError("cache: expected a transformers DynamicCache with .layers")
@@ -149,7 +186,7 @@ class StaticQwen2Decoder:
             vb[:, :, :w] = v
             keys.append(kb)
             values.append(vb)
-        return cls(model, keys, values, used or 0)
+        return cls(model, keys, values, used or 0, packs)
 
     @property
     def rows(self) -> int:
@@ -182,10 +219,9 @@ class StaticQwen2Decoder:
         bias = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(mask == 0, float("-inf"))
         bias = bias[:, None, None, :].expand(b, hkv, rep, c + 1).reshape(b * hkv, rep, c + 1)
         for li, layer in enumerate(self.layers):
-            w_qkv, b_qkv, w_gu = self._fused[li]
-            att = layer.self_attn
+            lin_qkv, lin_o, lin_gu, lin_down = self._lin[li]
             h = qwen2_rms_norm(layer.input_layernorm, x)
-            qkv = F.linear(h, w_qkv, b_qkv)  # [b, (heads + 2 kv) * d]
+            qkv = lin_qkv(h)  # [b, (heads + 2 kv) * d]
             qk = qkv[:, : nq + nk].reshape(b, hq + hkv, d)
             qk = qk * cos + rotate_half(qk) * sin  # RoPE on q and k heads alike
             self.keys[li][:, :, c] = qk[:, hq:]
@@ -197,10 +233,10 @@ class StaticQwen2Decoder:
             q = qk[:, :hq].reshape(b * hkv, rep, d)
             scores = torch.baddbmm(bias, q, kk.transpose(1, 2), alpha=self.scaling)
             a = torch.bmm(torch.softmax(scores, dim=-1), vv).reshape(b, nq)
-            x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
+            x = x + lin_o(a)
             h = qwen2_rms_norm(layer.post_attention_layernorm, x)
-            gu = F.linear(h, w_gu)
+            gu = lin_gu(h)
             inter = gu.shape[-1] // 2
-            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.mlp.down_proj.weight)
+            x = x + lin_down(F.silu(gu[:, :inter]) * gu[:, inter:])
         self.used = c + 1
         return qwen2_rms_norm(self.final_norm, x)

@@ -365,6 +365,10 @@ class RunConfig:
     """HF backend: decode over a preallocated KV cache with a plain-tensor Qwen2 step
     (``HFBackendConfig.static_decode``; Qwen2-family models only). Same samples up to float rounding
     (rare near ties can differ); a speed option, so a resume may change it."""
+    packed_weights: bool = True
+    """With ``static_decode``: its matmuls on weights packed once per sampling call for the CPU's GEMM kernels
+    (``HFBackendConfig.packed_weights``; bit-identical in float32 from 5 live rows, a last-bit difference below).
+    A speed option (false: the plain matmuls)."""
     micro_batch_rows: int = 0
     """Rows per forward/backward pass inside a mini-batch (gradient accumulation, rows grouped by length so
     each pass pads less; 0: the whole mini-batch in one pass). The same update up to float rounding
@@ -413,7 +417,7 @@ class RunConfig:
             raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         if not isinstance(self.packed_forward, bool):
             raise ValueError(f"packed_forward: must be a bool, got {self.packed_forward!r}")
-        for name in ("group_prompt_once", "fused_optimizer", "dry_run"):
+        for name in ("group_prompt_once", "fused_optimizer", "dry_run", "packed_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
         if self.group_prompt_once and self.packed_forward:

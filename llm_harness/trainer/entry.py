@@ -8,7 +8,6 @@ run (the offending batch is saved in the run directory).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import torch
 
 from llm_harness.trainer.config import EvalConfig, TrainConfig
-from vsr.atomic import write_json, write_text
+from vsr.atomic import read_json, write_json, write_text
 from vsr.config_io import save_config
 from vsr.runlock import FolderLock
 
@@ -35,6 +34,7 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     static = bool(getattr(run, "static_decode", False)) and name == "hf"
     hf = HFBackend(model, tokenizer, config=HFBackendConfig(max_batch_sequences=max_batch_sequences, pad_token_id=pad,
                                                             static_decode=static, share_prefix=share_prefix,
+                                                            packed_weights=bool(getattr(run, "packed_weights", True)),
                                                             sampler=str(getattr(run, "sampler", "multinomial")),
                                                             autocast_bf16=_bf16(model, run)))
     if name == "hf":
@@ -42,13 +42,15 @@ def build_backend(model: Any, tokenizer: Any, cfg: TrainConfig | EvalConfig, max
     from llm_harness.backends import VLLMBackendConfig
 
     # the folder the policy came from (a run's model for `vsr eval --run-dir`), in the policy's own dtype (never
-    # vLLM's "auto", which would run an fp32 policy in bf16); then the policy's own weights (a resumed or
+    # vLLM's "auto", which would run an fp32 policy in bf16) unless run.precision is bf16; then the policy's own weights (a resumed or
     # evaluated checkpoint), so the engine samples exactly the model the caller holds
     path = str(getattr(model, "name_or_path", "") or "")
     if not path:
         raise ValueError("model.backend: vllm builds its engine from a model folder; this policy has none (a "
                          "random_init model: save it first, or use backend hf)")
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if _bf16(model, run):  # run.precision bf16: the engine samples in bf16 from the float32 master weights (cast
+        dtype = "bfloat16"  # by vLLM's weight loaders at every sync, as verl's FSDP -> vLLM sync does)
     backend = BACKENDS[name].from_config(VLLMBackendConfig(model=path, dtype=dtype), scorer=hf)
     backend.load_weights(model.state_dict())
     return backend
@@ -260,7 +262,7 @@ def evaluate(cfg: EvalConfig) -> int:
     check_task_encodable(Codec(tokenizer), task, problems, tokenizer)
     backend = build_backend(model, tokenizer, cfg)
     verifier = SafeVerifier(task, 10.0)
-    reference = json.loads(Path(cfg.reference).read_text()) if cfg.reference else None
+    reference = read_json(Path(cfg.reference)) if cfg.reference else None
     try:
         res = evaluate_policy(backend, Codec(tokenizer), task, verifier, problems, k=cfg.k, temperature=cfg.temperature,
                               top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, reference=reference)

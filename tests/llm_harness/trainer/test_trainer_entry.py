@@ -139,6 +139,8 @@ def test_agent_configs_are_the_papers_settings():
         g = load(name)
         assert (g.model.path, g.model.backend, g.rollout.prompts_per_step, g.rollout.group_size, g.optim.lr, g.agent.turn_tokens) == \
                ("Qwen/Qwen2.5-1.5B-Instruct", "vllm", 32, 8, 1e-6, 256)
+        # the GPU recipes' precision: bf16 sampling and loss on float32 master weights (issue 49 item 4)
+        assert (g.model.dtype, g.run.precision) == ("float32", "bf16")
     assert load("agent_sokoban_vsr_gigpo_gpu.yaml").plugins == vsr.plugins
 
 
@@ -161,6 +163,7 @@ def test_babyai_agent_configs():
         g, v = load(f"agent_babyai_{level}_gigpo_gpu.yaml"), load(f"agent_babyai_{level}_vsr_gigpo_gpu.yaml")
         assert (g.model, g.algo, g.optim, g.agent) == (sok_gpu.model, sok_gpu.algo, sok_gpu.optim, sok_gpu.agent)
         assert (g.rollout.prompts_per_step, g.rollout.group_size, g.steps) == (32, 8, 150)
+        assert (g.model.dtype, g.run.precision, v.run.precision) == ("float32", "bf16", "bf16")
         assert g.task.params["env_params"]["max_steps"] == budget and g.task.params["reply_format"] == "tagged"
         assert not g.plugins and v.plugins == cpu_vsr.plugins and v.task == g.task
     levels = {load(f"agent_babyai_{lv}_gigpo_gpu.yaml").task.params["env_params"]["level"] for lv in ("oneroom", "synthloc", "miniboss")}
