@@ -45,6 +45,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vsr.checks import check_number
+from vsr.atomic import read_json
 
 __all__ = ["CardConfig", "card_command", "collect_card", "level_stats", "pass_rate_table", "render_readme", "run_card",
            "sample_matrices"]
@@ -415,7 +416,7 @@ def collect_card(cfg: CardConfig, out: Path):
     from llm_harness.tasks import get_task
     from llm_harness.tasks.arith_ladder import states_result
     from llm_harness.trainer.evaluation import completion_text, sample_and_verify
-    from prefixvalue.config import parse_task_params
+    from llm_harness.tasks.base import parse_task_params
     from prefixvalue.engine import build_context
     from prefixvalue.studies import hint_ratio
     from vsr.atomic import write_json, write_text
@@ -529,7 +530,7 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
             hint_rows = pd.read_csv(out / "continuation_rows.csv", dtype={"correct_bits": str})  # keep leading zeros
         except pd.errors.EmptyDataError:
             hint_rows = pd.DataFrame()
-        run = json.loads((out / "run.json").read_text())
+        run = read_json(out / "run.json")
     else:
         samples, hint_rows, run = collect_card(cfg, out)
     prompts, correct, lengths = sample_matrices(samples)

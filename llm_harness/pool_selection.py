@@ -11,7 +11,6 @@ module builds a trainer, so it sits above the trainer package (``vsr pool select
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 from llm_harness.trainer.pool import POOL_FORMAT, write_pool
 from vsr.checks import check_number
 from vsr.seeding import derive_seed
+from vsr.atomic import read_json
 
 __all__ = ["POOL_STREAM", "PoolSelectConfig", "PoolSelection", "pool_is_current", "select_command", "select_pool",
            "select_to_file", "selection_config"]
@@ -110,7 +110,7 @@ def selection_config(path: str | Path, **run: Any) -> Any:
 def pool_is_current(path: str | Path, train_cfg: Any, sel: PoolSelection) -> bool:
     """Whether ``path`` holds a pool selected with ``sel`` from ``train_cfg``'s model and task parameters."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = read_json(Path(path))
     except (OSError, ValueError):
         return False
     return (doc.get("selection") == asdict(sel) and doc.get("model") == train_cfg.model.path

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from llm_harness.tasks.base import parse_task_params
 from vsr.checks import check_number
 
 __all__ = [
@@ -148,27 +149,6 @@ def check_temperature(t: Any, name: str) -> float:
 def check_top_p(p: Any, name: str) -> float:
     """A nucleus mass in (0, 1]."""
     return check_number(name, p, 0, 1, lo_open=True)
-
-
-def parse_task_params(items: tuple[str, ...]) -> dict[str, Any]:
-    """``("seed=1", "n_hard=50")`` -> ``{"seed": 1, "n_hard": 50}`` (values parsed as YAML scalars)."""
-    import yaml
-
-    out: dict[str, Any] = {}
-    for i, item in enumerate(items):
-        if not isinstance(item, str) or "=" not in item:
-            raise ValueError(f"task_params[{i}]: expected 'key=value', got {item!r}")
-        key, value = item.split("=", 1)
-        key = key.strip()
-        if not key:
-            raise ValueError(f"task_params[{i}]: empty key in {item!r}")
-        if key in out:
-            raise ValueError(f"task_params[{i}]: duplicate key {key!r}")
-        try:
-            out[key] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key] = value
-    return out
 
 
 def resolve(cfg: StudyConfig, sizes: Mapping[str, Mapping[str, Any]], default_split: str, name: str) -> StudyConfig:

@@ -12,6 +12,7 @@ from typing import Any
 from prefixvalue.config import StudyConfig, config_json, identity_dict, resolve
 from prefixvalue.registry import Study, get_study
 from prefixvalue.store import strict_json
+from vsr.atomic import read_json
 
 __all__ = ["NoEligibleProblemsError", "as_study_config", "model_label", "reanalyze_study", "resolved_config", "run_study"]
 
@@ -162,8 +163,6 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
     ``cfg`` must describe the run that wrote the folder (its ``study.json`` identity); the analysis
     runs with the stored ``config.yaml``, and the filter counts and collection time come from the
     stored ``summary.json`` (the table does not hold them)."""
-    import json
-
     import pandas as pd
 
     from vsr.config_io import load_config
@@ -175,7 +174,7 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
     missing = [str(p) for p in need if not p.is_file()]
     if missing:
         raise ValueError(f"reanalyze: {out} lacks {', '.join(missing)}; run the study there first (without --reanalyze)")
-    manifest = json.loads(need[0].read_text())
+    manifest = read_json(need[0])
     if manifest.get("study") != study.name:
         raise ValueError(f"reanalyze: {out} holds results of study {manifest.get('study')!r}, not {study.name!r}")
     diff = config_diff(manifest.get("identity", {}), identity_dict(cfg))
@@ -183,7 +182,7 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
         raise ValueError(f"reanalyze: {out} holds results of a different {study.name} config (changed: {'; '.join(diff)}); "
                          "pass the options it ran with")
     stored = load_config(study.config_cls, need[1])
-    old = json.loads(need[3].read_text())
+    old = read_json(need[3])
     table = pd.read_parquet(need[2])
     _analyze_and_write(study, stored, table, old.get("counts", {}), old.get("collect_seconds"), out, reanalyzed=True)
     return out

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vsr.atomic import atomic_path, write_json
+from vsr.atomic import atomic_path, read_json, write_json
 
 from prefixvalue.config import config_diff
 
@@ -73,8 +73,8 @@ class ChunkStore:
         manifest = self.out_dir / "study.json"
         if manifest.is_file() and not overwrite and self._holds_results():
             try:
-                old = json.loads(manifest.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
+                old = read_json(manifest)
+            except (OSError, ValueError) as exc:
                 raise ValueError(f"out: {manifest} is unreadable ({exc}); pass --overwrite (overwrite=True in Python) to start over") from None
             if old.get("study") != study:
                 raise ValueError(

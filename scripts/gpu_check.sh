@@ -86,7 +86,7 @@ step_study() {  # a prefix-value study with the HF backend on CUDA (issue 5), qu
 step_vllm() {  # the same in-process weight-transfer path as on the CPU (issue 36)
     if ! "$PY" -c 'import vllm' 2>/dev/null; then echo "skipped: vllm is not importable by $PY"; return 0; fi
     timeout 240 "$PY" -m vsr train --config configs/testbed_grpo.yaml --steps 3 --model.backend vllm --model.device cuda \
-      --validation.every 3 --validation.n-problems 16 --validation.k 2 --run.run-dir "$OUT_DIR/vllm_train" \
+      --validation.every 3 --validation.n-problems 16 --validation.k 2 --out "$OUT_DIR/vllm_train" \
       --run.progress false || return $?
     timeout 180 "$PY" -m prefixvalue sigma-validation --quick --backend vllm --device cuda --no-progress --out "$OUT_DIR/vllm_study"
 }
@@ -95,11 +95,11 @@ step_agents() {  # the batched multi-turn engine (vsr eval --env), then GiGPO + 
     # Sokoban with a stop + resume, on a random text-alphabet model (issues 15, 16)
     local args=(--model.random-init --model.alphabet text --model.max-context 768 --model.hidden-size 64
                 --model.num-layers 2 --model.device "${AGENT_DEVICE:-cuda}")
-    timeout 120 "$PY" -m vsr eval --env sokoban "${args[@]}" --n-problems 32 --k 4 --out-dir "$OUT_DIR/agent_eval" || return $?
+    timeout 120 "$PY" -m vsr eval --env sokoban "${args[@]}" --n-problems 32 --k 4 --out "$OUT_DIR/agent_eval" || return $?
     if "$PY" -c 'import minigrid' 2>/dev/null; then  # BabyAI through minigrid (the agents extra): the shipped agent
         timeout 120 "$PY" -m vsr eval --env babyai --level OneRoomS8 --max-steps 16 --window 0 \
-          --model.path llm_harness/testbed/checkpoints/babyai/mid --model.device "${AGENT_DEVICE:-cuda}" \
-          --n-problems 32 --k 4 --out-dir "$OUT_DIR/agent_eval_babyai" || return $?
+          --model llm_harness/testbed/checkpoints/babyai/mid --model.device "${AGENT_DEVICE:-cuda}" \
+          --n-problems 32 --k 4 --out "$OUT_DIR/agent_eval_babyai" || return $?
     else
         echo "skipped vsr eval --env babyai: minigrid is not installed (pip install -e .[agents])"
     fi
@@ -134,7 +134,7 @@ PYEOF
     local backend=hf; "$PY" -c 'import vllm' 2>/dev/null && backend=vllm
     timeout 300 "$PY" -m vsr train --config configs/agent_sokoban_vsr_gigpo_gpu.yaml --steps 2 --model.backend "$backend" \
       --rollout.prompts-per-step 4 --rollout.group-size 4 --agent.turn-tokens 64 --validation.every 0 \
-      --run.run-dir "$OUT_DIR/agent_recipe_run" --run.checkpoint-every 0 --run.progress false
+      --out "$OUT_DIR/agent_recipe_run" --run.checkpoint-every 0 --run.progress false
 }
 
 step_verl() {  # each method for 2 steps on the shipped test-bed model (step arithmetic; its tokenizer has no chat

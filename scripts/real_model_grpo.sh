@@ -2,11 +2,13 @@
 # GRPO + VSR on SmolLM2-135M-Instruct (configs/real_smollm2_vsr_grpo.yaml), one seed: held-out accuracy before and
 # after (`vsr eval`, test split of the arithmetic ladder, 4 samples per prompt at T = 1), the run's metrics, peak
 # memory (GNU time) and the s/step split, summarised into figures/real_model/grpo/README.md.
-# Usage: scripts/real_model_grpo.sh [BACKEND]     (hf, or vllm: then PYTHON defaults to .venv-vllm's)
+# Usage: scripts/real_model_grpo.sh [BACKEND] [TRAINER OVERRIDES...]   (hf, or vllm: then PYTHON defaults to
+# .venv-vllm's; e.g. `OUT=figures/real_model/grpo/lean_bf16 scripts/real_model_grpo.sh hf --run.precision bf16`)
 # Needs `make real-model` (installs and imports the model into the cache). ~30 min on 2 CPU cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKEND="${1:-hf}"
+shift || true
 if [ "$BACKEND" = vllm ]; then PY="${PYTHON:-.venv-vllm/bin/python}"; else PY="${PYTHON:-.venv/bin/python}"; fi
 OUT="${OUT:-figures/real_model/grpo}"
 RUN="${RUN:-runs/real_smollm2_vsr_grpo_$BACKEND}"
@@ -14,12 +16,14 @@ export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # the imported folder (the import is verified and idempotent; it needs the model's wheel, installed in .venv)
 MODEL="$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)"
 mkdir -p "$OUT"
-EVAL=(--model.backend "$BACKEND" --task.name arith_ladder --split test --n-problems 260 --k 4 --temperature 1.0
+EVAL=(--model.backend "$BACKEND" --task arith_ladder --split test --n-problems 260 --k 4 --temperature 1.0
       --top-p 1.0 --max-new-tokens 48 --seed 1)
-[ -f "$OUT/eval_before/eval.json" ] || "$PY" -m vsr eval --model.path "$MODEL" "${EVAL[@]}" --out-dir "$OUT/eval_before"
+[ -f "$OUT/eval_before/eval.json" ] || "$PY" -m vsr eval --model "$MODEL" "${EVAL[@]}" --out "$OUT/eval_before"
 resume=false; [ -d "$RUN" ] && resume=true
 /usr/bin/time -v -o "$OUT/train_time.txt" "$PY" -m vsr train --config configs/real_smollm2_vsr_grpo.yaml \
-    --model.path "$MODEL" --model.backend "$BACKEND" --run.run-dir "$RUN" --run.progress false --run.resume "$resume"
-"$PY" -m vsr eval --run-dir "$RUN" "${EVAL[@]}" --out-dir "$OUT/eval_after"
-cp configs/real_smollm2_vsr_grpo.yaml "$RUN/metrics.jsonl" "$RUN/memory.json" "$OUT/"
+    --model "$MODEL" --model.backend "$BACKEND" --out "$RUN" --run.progress false --run.resume "$resume" "$@"
+"$PY" -m vsr eval --run-dir "$RUN" "${EVAL[@]}" --out "$OUT/eval_after"
+# the run's own resolved config (the committed one with this run's overrides applied)
+cp "$RUN/config.yaml" "$OUT/real_smollm2_vsr_grpo.yaml"
+cp "$RUN/metrics.jsonl" "$RUN/memory.json" "$OUT/"
 "$PY" scripts/real_model_grpo_report.py --out "$OUT" --backend "$BACKEND"

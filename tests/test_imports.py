@@ -109,7 +109,7 @@ def _unit(m: str) -> str:
     if parts[0] == "llm_harness" and len(parts) > 1:
         return ".".join(parts[:2])
     if parts[0] == "vsr":
-        return "vsr.cli" if len(parts) > 1 and parts[1] in ("cli", "figures", "__main__") else "vsr.util"
+        return "vsr.cli" if len(parts) > 1 and parts[1] in ("cli", "figures", "vocabulary", "__main__") else "vsr.util"
     return parts[0]
 
 

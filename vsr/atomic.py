@@ -95,6 +95,35 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, allow_nan=False, default=_json_default) + "\n")
 
 
+#: the largest JSON file :func:`read_json` reads (manifests, pools, summaries, records are kB to a few MB)
+MAX_JSON_BYTES = 256 << 20
+
+
+def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON document in ``path``, read with its size bounded before any memory is spent: a file that is not a
+    regular file (a FIFO, a device, a folder) or is larger than ``max_bytes`` raises ValueError naming it. A missing
+    or unreadable file raises the ``OSError``; bad UTF-8 or bad JSON the ``ValueError`` (``json.JSONDecodeError``
+    carries the line)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without waiting for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{os.fspath(path)}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > max_bytes:
+            raise ValueError(f"{os.fspath(path)}: {st.st_size} bytes, more than the {max_bytes} a JSON file of this "
+                             "toolkit may hold")
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:  # grew while being read
+        raise ValueError(f"{os.fspath(path)}: more than the {max_bytes} bytes a JSON file of this toolkit may hold")
+    return json.loads(raw.decode("utf-8"))
+
+
 def json_safe(o: Any) -> Any:
     """``o`` with non-finite floats as ``None`` (strict JSON has no NaN), numpy scalars as Python ones and mapping keys as
     strings, recursively through dicts, lists and tuples."""

@@ -217,13 +217,22 @@ def parse_command(name: str, args: Sequence[str]) -> tuple[Callable, object]:
     """The command's function and ``args`` parsed into its config dataclass."""
     import tyro
 
-    from vsr.config_io import load_config
+    from vsr.config_io import from_dict, read_mapping
+    from vsr.vocabulary import apply_vocabulary
 
     spec = COMMANDS[name]
     fn = _resolve(spec)
     cfg_type = _config_type(fn)
     cfg_path, rest = _pop_config_file(list(args))
-    default = load_config(cfg_type, cfg_path) if cfg_path else None
+    mapping = read_mapping(cfg_path) if cfg_path else None
+    rest, task_params = apply_vocabulary(name, rest, mapping)
+    default = from_dict(cfg_type, mapping, where=cfg_path) if cfg_path else None
+    if task_params is not None:  # ``--task-params k=v ...`` merged into the config's task.params (vsr.vocabulary)
+        from llm_harness.tasks.base import parse_task_params
+
+        base = default if default is not None else cfg_type()
+        task = dataclasses.replace(base.task, params={**base.task.params, **parse_task_params(task_params)})
+        default = dataclasses.replace(base, task=task)
     rest = normalise_bool_flags(cfg_type, rest)
     return fn, tyro.cli(cfg_type, args=rest, prog=f"vsr {name}", description=spec.help, default=default)
 

@@ -20,6 +20,7 @@ from typing import Any
 from llm_harness.compare.executors import EXECUTORS
 from llm_harness.compare.suite import SUITES, Method, Regime, Suite, method_mapping, run_mapping
 from vsr.checks import check_number
+from vsr.atomic import read_json
 
 __all__ = ["DEFAULT_SIZES", "QUICK_POOL", "QUICK_SIZES", "CompareConfig", "Job", "compatible", "is_done", "location_free",
            "matches", "plan_jobs", "prepare_pool"]
@@ -323,6 +324,6 @@ def is_done(job: Job) -> bool:
     if not p.is_file():
         return False
     try:
-        return matches(json.loads(p.read_text()), job, p.parent)
+        return matches(read_json(p), job, p.parent)
     except (OSError, ValueError):
         return False

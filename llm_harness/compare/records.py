@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 from llm_harness.compare.jobs import Job, is_done, matches
 from llm_harness.trainer.runlog import parse_jsonl
-from vsr.atomic import atomic_path, write_json
+from vsr.atomic import atomic_path, read_json, write_json
 
 __all__ = ["MANIFEST", "POINTER", "RecordError", "dedupe", "drop_files", "follow_pointer", "is_pointer", "manifest_entry",
            "pointer_entry", "read_manifest", "rebuild_manifest", "record_dir", "record_key", "report_bad_record", "restore_record",
@@ -68,7 +68,7 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
         return {}
     fix = "restore it (a committed suite's: git checkout) or delete it to check the records without checksums"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}:{exc.lineno}: not a JSON manifest ({exc.msg} at column {exc.colno}); {fix}") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -409,7 +409,7 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
     if not (rec / "done.json").is_file():
         return False
     try:
-        info = json.loads((rec / "done.json").read_text())
+        info = read_json(rec / "done.json")
     except (ValueError, UnicodeDecodeError) as e:
         return report_bad_record(RecordError(f"{rec / 'done.json'}: not JSON ({e})"), retrain, report_only)
     if not isinstance(info, dict):

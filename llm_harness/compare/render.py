@@ -17,7 +17,7 @@ import numpy as np
 
 from llm_harness.compare.stats import finite
 from theory.metrics.paired import paired_contrast
-from vsr.atomic import save_figure, write_text
+from vsr.atomic import read_json, save_figure, write_text
 
 __all__ = ["arm_label", "curve_arms", "curve_rows", "figures_from_summary", "final_rows", "fmt_diff", "fmt_interval", "fmt_p",
            "fmt_pct", "forest", "forest_width", "moving_mean", "quiet", "ref_name", "suite_figures", "write_csv"]
@@ -291,8 +291,6 @@ def figures_from_summary(folder: Path | str) -> list[str]:
     """Redraw ``compare_final`` and ``compare_curves`` (PNG and CSV) of a written suite report from its
     ``summary.json`` alone (no runs, no records); returns the PNG file names. ValueError naming the file when it is
     missing, not JSON, or not a suite summary."""
-    import json
-
     import llm_harness.compare  # noqa: F401  (registers every suite)
     from llm_harness.compare.suite import SUITES
 
@@ -300,7 +298,7 @@ def figures_from_summary(folder: Path | str) -> list[str]:
     if not path.is_file():
         raise ValueError(f"{path}: no such file (a suite report folder holds summary.json)")
     try:
-        doc = json.loads(path.read_text())
+        doc = read_json(path)
         regimes = doc["regimes"]
         summary = {r: {"base": {int(s): v for s, v in (reg.get("base") or {}).items()},
                        "methods": {m: {**mv, "seeds": {int(s): v for s, v in mv["seeds"].items()}}

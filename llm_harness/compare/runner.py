@@ -83,6 +83,30 @@ def _execute(job: Job) -> dict[str, Any]:
     return out
 
 
+def check_jobs(jobs: list[Job]) -> None:
+    """Every job's config parsed and each distinct task built once, here, before any worker starts: a bad value
+    (a task parameter the task does not take, a size over its bound) fails once, naming the job, instead of in
+    every worker."""
+    import json
+
+    from llm_harness.tasks import get_task
+    from llm_harness.trainer.config import TrainConfig
+    from vsr.config_io import from_dict
+
+    seen: set[str] = set()
+    for j in jobs:
+        where = f"{j.regime}/{j.method}"
+        cfg = from_dict(TrainConfig, j.mapping, where=where)
+        key = json.dumps([cfg.task.name, cfg.task.params], sort_keys=True, default=repr)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            get_task(cfg.task.name, **dict(cfg.task.params))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: task {cfg.task.name!r} with params {dict(cfg.task.params)}: {exc}") from exc
+
+
 def _describe_jobs(jobs: list[Job], limit: int = 12) -> str:
     """``regime/method (seeds 0, 2)`` for each (regime, method) of ``jobs``, at most ``limit`` of them."""
     by: dict[tuple[str, str], list[int]] = {}
@@ -169,6 +193,7 @@ def _run_locked(cfg: CompareConfig) -> int:
     failures = 0
     t0 = time.perf_counter()
     if todo:
+        check_jobs(todo)
         runs = EXECUTORS[cfg.executor](todo, cfg.workers, _execute)
         bar = tqdm(runs, total=len(todo), desc="runs", file=sys.stdout)
         try:

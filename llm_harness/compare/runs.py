@@ -9,13 +9,13 @@ read by ``llm_harness.trainer.runlog.read_metrics`` (a torn last line is skipped
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from llm_harness.compare.stats import finite
+from vsr.atomic import read_json
 
 __all__ = ["final_eval", "final_evals", "last_row_value", "mean_of", "metric_key", "mixed_key", "read_rows", "step_series",
            "summarise"]
@@ -61,7 +61,7 @@ def final_eval(run_dir: Path | str, k: int) -> dict[str, float]:
             return {a: float(b) for a, b in r.items() if a.startswith("val_") and isinstance(b, (int, float))}
     p = d / "done.json"
     if not rows and p.is_file():
-        v = json.loads(p.read_text()).get("validation") or {}
+        v = read_json(p).get("validation") or {}
         if key in v:
             return {a: float(b) for a, b in v.items() if a.startswith("val_") and isinstance(b, (int, float))}
     return {}
@@ -111,7 +111,7 @@ def summarise(cfg: Any, jobs: Sequence[Any]) -> dict[str, Any]:
         done = d / "done.json"
         if not done.is_file():
             continue
-        info = json.loads(done.read_text())
+        info = read_json(done)
         if j.method == "base":
             v = info.get("validation", {})
             reg["base"][j.seed] = {"avg": v.get(avg_key), "pass": v.get(pass_key)}

@@ -43,6 +43,8 @@ class AdviseConfig:
     """Generation backend (``hf``, ``vllm``); empty: the training config's."""
     task: str = ""
     """Task name (a registered task); empty: the training config's."""
+    task_params: tuple[str, ...] = ()
+    """Task parameters as ``key=value`` strings (values parsed as YAML), merged over the task's."""
     train_config: str = "configs/regime_grpo.yaml"
     """Training config giving the rollout settings (group size, temperature, response budget) and the defaults."""
     pool: str = ""
@@ -166,12 +168,10 @@ def advise(cfg: AdviseConfig) -> dict[str, Any]:
     from llm_harness.lab.run import LabConfig, _train_cfg
 
     t0 = time.perf_counter()
-    lab = LabConfig(train_config=cfg.train_config, model=cfg.model, backend=cfg.backend, pool=cfg.pool,
-                    prompts=cfg.prompts, alphas=cfg.alphas, probe_samples=cfg.probe_samples,
-                    score_samples=cfg.score_samples, seed=cfg.seed)
+    lab = LabConfig(train_config=cfg.train_config, model=cfg.model, backend=cfg.backend, task=cfg.task,
+                    task_params=cfg.task_params, pool=cfg.pool, prompts=cfg.prompts, alphas=cfg.alphas,
+                    probe_samples=cfg.probe_samples, score_samples=cfg.score_samples, seed=cfg.seed)
     tcfg = _train_cfg(lab)
-    if cfg.task:
-        tcfg = replace(tcfg, task=replace(tcfg.task, name=cfg.task, params={}, pool=cfg.pool))
     engine = LabEngine(tcfg)
     try:
         space = pool_state_space(engine, cfg.prompts, cfg.alphas)

@@ -62,6 +62,11 @@ class LabConfig:
     """Model path or registered name; empty: the training config's."""
     backend: str = ""
     """Generation backend (``hf``, ``vllm``); empty: the training config's."""
+    task: str = ""
+    """Registered task name; empty: the training config's (a different task drops the config's task
+    parameters and pool)."""
+    task_params: tuple[str, ...] = ()
+    """Task parameters as ``key=value`` strings (values parsed as YAML), merged over the task's."""
     pool: str = ""
     """Pool file of training prompts (``vsr pool select``); empty: the training config's ``task.pool`` (then the
     first ``prompts`` problems of its training split)."""
@@ -128,6 +133,15 @@ class LabConfig:
         for a in self.alphas:
             check_number("alphas", a, 0, 1, lo_open=True, hi_open=True)
         allocation_names(self.allocations)
+        if self.task:
+            from llm_harness.tasks import TASK_REGISTRY
+
+            TASK_REGISTRY.check(self.task, where="task")
+        if isinstance(self.task_params, (str, bytes)) or not isinstance(self.task_params, (tuple, list)):
+            raise ValueError(f"task_params: must be a tuple of 'key=value' strings, got {self.task_params!r}")
+        from llm_harness.tasks.base import parse_task_params
+
+        parse_task_params(tuple(self.task_params))
         if self.replay_ages:
             from llm_harness.lab.staleness import check_ages
 
@@ -161,6 +175,13 @@ def _train_cfg(cfg: LabConfig) -> Any:
     if cfg.pool:
         over["task"] = {"pool": cfg.pool}
     mapping = deep_merge(read_mapping(cfg.train_config), over)
+    task = mapping.setdefault("task", {})
+    if cfg.task and cfg.task != task.get("name"):  # another task: the config's parameters and pool were the old one's
+        task.update(name=cfg.task, params={}, pool=cfg.pool)
+    if cfg.task_params:
+        from llm_harness.tasks.base import parse_task_params
+
+        task["params"] = {**(task.get("params") or {}), **parse_task_params(cfg.task_params)}
     mapping["plugins"] = {}  # the lab draws its own states: the config's plug-ins are not built
     return from_dict(TrainConfig, mapping, where=cfg.train_config)
 

@@ -9,7 +9,7 @@
 * :mod:`llm_harness.model_card` (above the trainer, so outside this package) — ``vsr model card``: pass rates, prefix continuation and
   response lengths of an imported model on a task ladder.
 
-An imported folder is an ordinary ``save_pretrained`` folder: pass it as ``--model.path`` to
+An imported folder is an ordinary ``save_pretrained`` folder: pass it as ``--model`` to
 ``vsr train`` / ``vsr eval`` or as ``--model`` to the studies; a folder with a manifest is verified where it is
 loaded (:func:`llm_harness.models.manifest.check_model_folder`). Importing this package is light
 (torch and transformers are imported inside the functions that need them).

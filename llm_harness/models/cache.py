@@ -9,13 +9,14 @@ default cache is its folder. A path that exists wins over an alias of the same s
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from vsr.atomic import read_json
 
 __all__ = [
     "ALIASES",
@@ -69,7 +70,7 @@ def _read_raw(cache: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
     except (OSError, ValueError) as exc:
         raise ValueError(f"model alias: cannot read {str(path)!r} ({exc}); fix or delete it (aliases are re-made by "
                          "`vsr model import --name`)") from None

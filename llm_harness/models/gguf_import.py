@@ -62,6 +62,7 @@ from llm_harness.models.manifest import (FORMAT, MANIFEST, _pid_alive, file_entr
                                          verify_folder_cached)
 from llm_harness.models.named import MODELS, NamedModel, locate_named_gguf
 from vsr.checks import check_number
+from vsr.atomic import read_json
 
 __all__ = [
     "ImportConfig",
@@ -104,7 +105,7 @@ class ImportConfig:
     """``torch.set_num_threads`` during the conversion; 0 leaves torch's default."""
     name: str = ""
     """A short name (alias) for the folder, recorded in the cache (``<cache_dir>/aliases.json``): ``vsr train`` /
-    ``vsr eval`` then accept ``--model.path NAME`` (aliases of the default cache); ``vsr model list`` shows it.
+    ``vsr eval`` then accept ``--model NAME`` (aliases of the default cache); ``vsr model list`` shows it.
     Empty = none."""
     licence: str = ""
     """Licence of the weights, recorded in the manifest; a registered model's comes from the registry, a path
@@ -297,7 +298,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     config_path = out_dir / "config.json"
-    saved = json.loads(config_path.read_text())
+    saved = read_json(config_path)
     rope_added = add_top_level_rope_theta(saved)
     if rope_added:
         config_path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
@@ -338,7 +339,7 @@ def _tidy_tokenizer_config(path: Path, max_length: int | None) -> None:
     model's context."""
     if not path.is_file():
         return
-    data = json.loads(path.read_text())
+    data = read_json(path)
     for key in ("is_local", "local_files_only"):
         data.pop(key, None)
     if data.get("tokenizer_class") == "TokenizersBackend":

@@ -7,7 +7,7 @@ one), how it was converted (library versions, dtype, the round-trip check) and
 files and refuses a folder whose contents differ from its manifest, naming each file.
 
 A folder is verified where it is *loaded* too (:func:`check_model_folder`: ``vsr train`` / ``eval``
-``--model.path``, the studies), and hashing a few hundred MB on every load would cost seconds, so a
+``--model``, the studies), and hashing a few hundred MB on every load would cost seconds, so a
 successful verification is remembered: keyed by the ``(size, mtime_ns, ctime_ns, inode, device)`` of
 every file in the folder, in memory and in a small hidden file beside the manifest (:data:`VERDICT`,
 written atomically; skipped when the folder is read-only). Any change to any file (a write changes its
@@ -21,6 +21,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from vsr.atomic import read_json
 
 __all__ = [
     "FORMAT", "MANIFEST", "VERDICT", "check_model_folder", "file_entry", "read_manifest", "record_verdict", "sha256_file",
@@ -62,8 +63,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"model folder: {str(folder)!r} has no {MANIFEST} (not a folder written by `vsr model import`)")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = read_json(path)
+    except (OSError, ValueError) as exc:
         raise ValueError(f"model folder: cannot read {str(path)!r} ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("files"), dict):
         raise ValueError(f"model folder: {str(path)!r} is not a {FORMAT} manifest")
@@ -180,7 +181,7 @@ def _remembered(folder: Path, key: tuple) -> dict[str, Any] | None:
     if hit is not None:
         return hit
     try:
-        data = json.loads((folder / VERDICT).read_text())
+        data = read_json(folder / VERDICT)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != _VERDICT_FORMAT or not isinstance(data.get("files"), list):
@@ -215,7 +216,7 @@ def check_model_folder(folder: str | Path, field: str) -> dict[str, Any] | None:
     if not os.path.lexists(path):
         return None
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{field}: cannot read {str(path)!r} ({exc}); the folder's manifest is damaged: re-import it "
                          "with `vsr model import --force`") from None

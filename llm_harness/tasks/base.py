@@ -36,6 +36,7 @@ __all__ = [
     "VerifyResult",
     "assign_split",
     "has_chat_template",
+    "parse_task_params",
     "stable_unit_hash",
 ]
 
@@ -305,3 +306,24 @@ def partition_spans(text: str, cuts: Sequence[int]) -> tuple[Step, ...]:
         return ()
     bounds = [0] + sorted({c for c in cuts if 0 < c < len(text)}) + [len(text)]
     return tuple(Step(a, b, text[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def parse_task_params(items: tuple[str, ...]) -> dict[str, Any]:
+    """``("seed=1", "n_hard=50")`` -> ``{"seed": 1, "n_hard": 50}`` (values parsed as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"task_params[{i}]: expected 'key=value', got {item!r}")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ValueError(f"task_params[{i}]: empty key in {item!r}")
+        if key in out:
+            raise ValueError(f"task_params[{i}]: duplicate key {key!r}")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key] = value
+    return out

@@ -12,8 +12,9 @@ mostly all-fail at α = 0 and mixed at intermediate α.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
+
+from vsr.atomic import read_json
 
 __all__ = ["CURVE_COLUMNS", "continuation_rows", "make_agent_figures"]
 
@@ -31,7 +32,7 @@ def continuation_rows(checkpoint_dir: Path, family: str) -> list[dict]:
         path = Path(checkpoint_dir) / family / name / "card.json"
         if not path.is_file():
             continue
-        card = json.loads(path.read_text())
+        card = read_json(path)
         for r in card["evaluation"]["continuation"]:
             rows.append({"family": family, "level": card["agent"]["level_label"], "checkpoint": name,
                          "step": card["step"], **{k: r[k] for k in CURVE_COLUMNS[4:]}})

@@ -44,7 +44,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from vsr.atomic import is_disk_full, write_text
+from vsr.atomic import is_disk_full, read_json, write_text
 
 __all__ = [
     "FORMAT_VERSION",
@@ -487,8 +487,8 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_dir():
         raise CorruptCheckpointError(f"checkpoint: {path} does not exist")
     try:
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        meta = read_json(path / "meta.json")
+    except (OSError, ValueError) as exc:
         raise CorruptCheckpointError(f"checkpoint: {path}/meta.json is missing or corrupt ({exc})") from None
     if not isinstance(meta, dict):
         raise CorruptCheckpointError(f"checkpoint: {path}/meta.json is corrupt (not an object)")

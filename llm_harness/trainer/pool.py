@@ -10,11 +10,10 @@ times over a run instead of never. Selecting a pool builds a trainer, so it live
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vsr.atomic import write_json
+from vsr.atomic import read_json, write_json
 
 __all__ = ["POOL_FORMAT", "load_pool", "pool_digest", "restrict_to_pool", "write_pool"]
 
@@ -39,7 +38,7 @@ def load_pool(path: str | Path, *, task: str, task_params: Mapping[str, Any], sp
     if not p.is_file():
         raise ValueError(f"task.pool: {p} does not exist (select one with `vsr pool select`)")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = read_json(p)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"task.pool: {p} is not a JSON pool file ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != POOL_FORMAT:

@@ -4,6 +4,7 @@ refused instead of overwriting its target; a config with a key given twice, an a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -215,3 +216,38 @@ def test_config_that_is_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     r = _vsr("train", "--config", str(fifo), "--run.run-dir", str(tmp_path / "run"), timeout=60)
     assert r.returncode == 2 and f"{fifo} is a FIFO (named pipe), not a regular file" in r.stderr
+
+
+def test_json_files_are_read_with_their_size_bounded_and_a_fifo_refused(tmp_path):
+    """The toolkit's JSON files (manifests, pools, records, summaries) go through one bounded reader."""
+    from vsr.atomic import read_json
+
+    good = tmp_path / "a.json"
+    good.write_text('{"x": 1}')
+    assert read_json(good) == {"x": 1}
+    with pytest.raises(ValueError, match=rf"^{good}: 8 bytes, more than the 4"):
+        read_json(good, max_bytes=4)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"^{fifo}: not a regular file$"):
+        read_json(fifo)  # no writer: must not block
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_json(tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n"x": }')
+    with pytest.raises(json.JSONDecodeError) as e:
+        read_json(bad)
+    assert e.value.lineno == 2
+    with pytest.raises(FileNotFoundError):
+        read_json(tmp_path / "missing.json")
+
+
+def test_a_model_manifest_that_is_a_fifo_is_refused_naming_it(tmp_path):
+    from llm_harness.models.manifest import read_manifest
+
+    (tmp_path / "m").mkdir()
+    os.mkfifo(tmp_path / "m" / "manifest.json")
+    with pytest.raises(ValueError, match=r"has no manifest.json|not a regular file"):
+        read_manifest(tmp_path / "m")

@@ -3,7 +3,6 @@ the renderer of paper tables (one Holm family per table) that the Replay and ExT
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from pathlib import Path
@@ -17,7 +16,7 @@ from llm_harness.compare.sections import register_section
 from llm_harness.compare.stats import finite, seed_interval, table_rows
 from llm_harness.compare.suite import TableSpec
 from theory.metrics.paired import holm, paired_contrast, paired_power, seeds_for_power
-from vsr.atomic import save_figure
+from vsr.atomic import read_json, save_figure
 
 __all__ = ["ablation_rows", "aes_seed", "tables_section"]
 
@@ -27,7 +26,7 @@ def pool_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: 
     path = cfg.pool_path
     if path is None or not Path(path).is_file():
         return ["## Prompt pool", "", "(no pool file found: run the suite to select it)", ""]
-    doc = json.loads(Path(path).read_text())
+    doc = read_json(Path(path))
     if Path(path).resolve() != (out / "pool.json").resolve():
         shutil.copyfile(path, out / "pool.json")
     sel, st = doc["selection"], doc["stats"]

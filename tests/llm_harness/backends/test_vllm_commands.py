@@ -42,12 +42,12 @@ def test_study_quick_on_vllm(study, tmp_path):
 
 
 def test_eval_text_and_env_on_vllm(tmp_path):
-    vsr("eval", "--model.path", "llm_harness/testbed/checkpoints/mid", "--model.backend", "vllm",
-        "--n-problems", "16", "--k", "2", "--out-dir", str(tmp_path / "text"))
+    vsr("eval", "--model", "llm_harness/testbed/checkpoints/mid", "--model.backend", "vllm",
+        "--n-problems", "16", "--k", "2", "--out", str(tmp_path / "text"))
     res = json.loads((tmp_path / "text" / "eval.json").read_text())
     assert res["n_problems"] == 16 and 0.0 < res["avg_at_k"] < 1.0
-    vsr("eval", "--env", "sokoban", "--window", "0", "--model.path", "llm_harness/testbed/checkpoints/sokoban/mid",
-        "--model.backend", "vllm", "--n-problems", "16", "--k", "2", "--out-dir", str(tmp_path / "env"))
+    vsr("eval", "--env", "sokoban", "--window", "0", "--model", "llm_harness/testbed/checkpoints/sokoban/mid",
+        "--model.backend", "vllm", "--n-problems", "16", "--k", "2", "--out", str(tmp_path / "env"))
     env = json.loads((tmp_path / "env" / "eval.json").read_text())
     assert 0.0 <= env["success"] <= 1.0 and env["turns_mean"] > 0
 
@@ -56,7 +56,7 @@ def _train(tmp_path: Path, name: str, backend: str, *extra: str, steps: int = 3)
     run = tmp_path / name
     vsr("train", "--config", "configs/testbed_grpo.yaml", "--steps", str(steps), "--model.backend", backend,
         "--validation.every", str(steps), "--validation.n-problems", "16", "--validation.k", "2",
-        "--run.run-dir", str(run), "--run.progress", "false", *extra)
+        "--out", str(run), "--run.progress", "false", *extra)
     return run
 
 
@@ -86,10 +86,25 @@ def test_train_plugin_composition_and_resume_on_vllm(tmp_path):
     extra = ("--config", "configs/testbed_compose.yaml", "--plugins.replay.warmup", "0")
     run = tmp_path / "vsr"
     common = ("train", *extra, "--steps", "4", "--model.backend", "vllm", "--validation.every", "0",
-              "--run.run-dir", str(run), "--run.progress", "false", "--run.checkpoint-every", "2")
+              "--out", str(run), "--run.progress", "false", "--run.checkpoint-every", "2")
     vsr(*common, "--run.stop-after", "2")
     assert [r["step"] for r in metrics(run)] == [0, 1]
     vsr(*common, "--run.resume", "true")
     rows = metrics(run)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert any(k.startswith("vsr") for k in rows[-1]), sorted(rows[-1])
+
+
+def test_train_in_bf16_on_vllm_samples_in_bf16_and_corrects_the_gap(tmp_path):
+    """``run.precision bf16`` with the vLLM backend: the engine runs in bf16 on the float32 master weights (synced
+    every step), the trainer measures the train/sample log-prob gap and applies the truncated weights."""
+    run = _train(tmp_path, "bf16", "vllm", "--run.precision", "bf16", steps=2)
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [0, 1]
+    trained = [r for r in rows if "mismatch_logp_mean" in r]
+    assert trained, rows  # the test bed's mid model leaves mixed groups on step arithmetic
+    for r in trained:
+        assert math.isfinite(r["loss"])
+        # bf16 sampling against the bf16 loss pass: a gap exists (not bit-identical kernels) but is small
+        assert 0.0 < r["mismatch_logp_mean"] < 0.1, r["mismatch_logp_mean"]
+        assert 0.5 < r["tis_weight_mean"] <= 2.0

@@ -112,3 +112,21 @@ def test_a_damaged_sibling_manifest_is_named_once_and_not_used(tmp_path, monkeyp
     with pytest.raises(RecordError, match=r"refusing \(--no-retrain\)"):
         run(CompareConfig(out=tmp_path / "compare_a", seeds=1, steps=3, methods=("grpo", "vsr"), regimes=("normal",),
                           report_only=True, retrain=False))
+
+
+def test_a_bad_task_parameter_fails_once_at_planning_naming_the_job(tmp_path):
+    """Round 4: a task parameter the task does not take used to fail inside every worker; now before any starts."""
+    import copy
+    from dataclasses import replace as dc_replace
+
+    from llm_harness.compare.jobs import CompareConfig, plan_jobs
+    from llm_harness.compare.runner import check_jobs
+
+    cfg = CompareConfig(out=tmp_path / "suite", seeds=1, steps=1, methods=("grpo",), regimes=("normal",))
+    jobs = plan_jobs(cfg)
+    check_jobs(jobs)  # the suite as shipped passes
+    bad = copy.deepcopy(jobs[-1].mapping)
+    bad.setdefault("task", {}).setdefault("params", {})["no_such_param"] = 1
+    broken = dc_replace(jobs[-1], mapping=bad)
+    with pytest.raises(ValueError, match=rf"^{broken.regime}/{broken.method}: task '\w+' with params .*no_such_param"):
+        check_jobs([*jobs, broken])
