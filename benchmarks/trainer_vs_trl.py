@@ -90,6 +90,7 @@ CONTENDERS = {
     "ours_lean_bf16": "ours_lean with run.precision bf16 (bf16 autocast, float32 master weights, rollout correction)",
     "ours_lean_unpacked": "ours_lean with run.packed_weights false (the static decoder's plain matmuls)",
     "ours_lean_bf16_unpacked": "ours_lean_bf16 with run.packed_weights false",
+    "ours_lean_bf16_inpass": "ours_lean_bf16 with run.anchor_in_pass (pi_old from the update's own forward pass)",
     "trl": "TRL GRPOTrainer (float32)",
     "trl_bf16": "TRL GRPOTrainer with bf16=True (its default precision)",
 }
@@ -105,17 +106,19 @@ OURS_OPTIONS: dict[str, tuple[bool, dict[str, Any]]] = {
     "ours_lean_bf16": (False, {**_LEAN, "precision": "bf16"}),
     "ours_lean_unpacked": (False, {**_LEAN, "packed_weights": False}),
     "ours_lean_bf16_unpacked": (False, {**_LEAN, "precision": "bf16", "packed_weights": False}),
+    "ours_lean_bf16_inpass": (False, {**_LEAN, "precision": "bf16", "anchor_in_pass": True}),
 }
 #: TRL contenders -> bf16
 TRL_CONTENDERS = {"trl": False, "trl_bf16": True}
 #: contenders whose GEMM limit is the bf16 rate
-BF16_CONTENDERS = ("ours_lean_bf16", "ours_lean_bf16_unpacked", "trl_bf16")
+BF16_CONTENDERS = ("ours_lean_bf16", "ours_lean_bf16_unpacked", "ours_lean_bf16_inpass", "trl_bf16")
 #: ratios reported: (slower candidate, faster candidate) -> s/step(first) / s/step(second), per repeat
 RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("trl", "ours_fast"), ("trl", "ours_packed"),
           ("ours", "ours_static"), ("ours", "ours_fast"), ("ours_static", "ours_packed"), ("trl", "ours_lean"),
           ("trl_bf16", "ours_lean_bf16"), ("ours_no_filter", "ours_lean"), ("ours_lean", "ours_lean_bf16"),
           ("trl", "trl_bf16"), ("ours_lean_unpacked", "ours_lean"), ("ours_lean_bf16_unpacked", "ours_lean_bf16"),
-          ("trl", "ours_lean_bf16"), ("trl_bf16", "ours_lean"))
+          ("trl", "ours_lean_bf16"), ("trl_bf16", "ours_lean"), ("trl_bf16", "ours_lean_bf16_inpass"),
+          ("ours_lean_bf16", "ours_lean_bf16_inpass"), ("trl", "ours_lean_bf16_inpass"))
 
 
 @dataclass(frozen=True)

@@ -365,6 +365,12 @@ class RunConfig:
     """HF backend: decode over a preallocated KV cache with a plain-tensor Qwen2 step
     (``HFBackendConfig.static_decode``; Qwen2-family models only). Same samples up to float rounding
     (rare near ties can differ); a speed option, so a resume may change it."""
+    anchor_in_pass: bool = False
+    """When π_old must be recomputed (``algo.old_logprobs: recompute``, or ``precision: bf16``'s rollout
+    correction) and the update is one epoch of one mini-batch: take it from the update's own forward pass
+    (detached) instead of a separate no-grad pass before it — the same values up to the kernels' rounding at another
+    batch shape (no parameter moves before every row has been through the pass), one forward pass fewer. Other
+    update shapes keep the separate pass."""
     packed_weights: bool = True
     """With ``static_decode``: its matmuls on weights packed once per sampling call for the CPU's GEMM kernels
     (``HFBackendConfig.packed_weights``; bit-identical in float32 from 5 live rows, a last-bit difference below).
@@ -417,7 +423,7 @@ class RunConfig:
             raise ValueError(f"static_decode: must be a bool, got {self.static_decode!r}")
         if not isinstance(self.packed_forward, bool):
             raise ValueError(f"packed_forward: must be a bool, got {self.packed_forward!r}")
-        for name in ("group_prompt_once", "fused_optimizer", "dry_run", "packed_weights"):
+        for name in ("group_prompt_once", "fused_optimizer", "dry_run", "packed_weights", "anchor_in_pass"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
         if self.group_prompt_once and self.packed_forward:

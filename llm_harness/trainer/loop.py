@@ -461,9 +461,23 @@ class Trainer:
         full = batch.loss_mask[idx]
         return [(c, chunk_share(self.cfg.algo.loss_agg, batch.loss_mask[c], full)) for c in torch.split(order, size)]
 
+    def _anchor_in_pass(self, rows: int) -> bool:
+        """Whether π_old can come from the update's own forward pass (``run.anchor_in_pass`` and one epoch of one
+        mini-batch: no parameter moves before every row has been through it, so its detached log-probs are what a
+        separate no-grad pass would give, up to the kernels' rounding at another batch shape)."""
+        a = self.cfg.algo
+        return bool(self.cfg.run.anchor_in_pass) and a.ppo_epochs == 1 and min(a.mini_batches, rows) == 1
+
     def _update(self, batch: TrainBatch, step: int, old_lp: torch.Tensor, ref_lp: torch.Tensor | None,
-                token_weights: torch.Tensor | None = None) -> dict[str, float]:
+                token_weights: torch.Tensor | None = None, anchor_rows: torch.Tensor | None = None) -> dict[str, float]:
+        """One PPO update over ``batch``. ``anchor_rows[B]`` (bool; one epoch of one mini-batch only): the rows whose
+        π_old is this pass's own log-probs, detached — what a separate no-grad pass before the update would compute
+        (:meth:`_anchor_in_pass`); with bf16, their truncated importance weights against the sampler's log-probs
+        (``old_lp``) are computed here too, and the gap's metrics returned."""
         a, cfg = self.cfg.algo, self.cfg
+        if anchor_rows is not None and (a.ppo_epochs != 1 or min(a.mini_batches, batch.size) != 1):
+            raise ValueError("anchor_rows: the in-pass anchor needs one epoch of one mini-batch")
+        anchored = torch.zeros_like(old_lp) if anchor_rows is not None else None
         B = batch.size
         n_origins = len(ORIGINS)
         clip_c = torch.zeros(n_origins, dtype=torch.float64)
@@ -485,11 +499,21 @@ class Trainer:
                         w = mb.loss_mask.shape[1]
                         lp, ent = self._forward(mb, with_entropy=True)
                         wts = mb.weights
-                        if token_weights is not None:  # bf16's rollout correction, times any per-sample weight
-                            tw = token_weights[cidx, :w]
+                        old = old_lp[cidx, :w]
+                        tw = None if token_weights is None else token_weights[cidx, :w]
+                        if anchored is not None:  # π_old of the anchor rows: this pass's log-probs, detached
+                            here = anchor_rows[cidx][:, None]
+                            anchored[cidx, :w] = lp.detach().to(anchored.dtype)
+                            if self.bf16:  # the sampler's log-probs are the behaviour policy's: correct for the gap
+                                from llm_harness.trainer.precision import rollout_is_weights
+
+                                tw, _ = rollout_is_weights(lp.detach(), old, mb.loss_mask,
+                                                           cfg.run.rollout_is_threshold, rows=anchor_rows[cidx])
+                            old = torch.where(here, lp.detach().to(old.dtype), old)
+                        if tw is not None:  # bf16's rollout correction, times any per-sample weight
                             wts = tw if wts is None else wts.to(tw.dtype)[:, None] * tw
                         out = self.objective(
-                            lp, old_lp[cidx, :w], mb.advantages, mb.loss_mask, algo=a,
+                            lp, old, mb.advantages, mb.loss_mask, algo=a,
                             norm_len=float(cfg.rollout.max_new_tokens), weights=wts,
                             ref_logprobs=None if ref_lp is None else ref_lp[cidx, :w],
                         )
@@ -530,6 +554,11 @@ class Trainer:
         }
         for o, c, t in zip(ORIGINS, clip_c.tolist(), clip_t.tolist()):
             m[f"clip_frac_{o.value}"] = c / t if t > 0 else float("nan")
+        if anchored is not None and self.bf16:  # the gap's metrics over every anchor row, as the separate pass reports
+            from llm_harness.trainer.precision import rollout_is_weights
+
+            m.update(rollout_is_weights(anchored, old_lp, batch.loss_mask, cfg.run.rollout_is_threshold,
+                                        rows=anchor_rows)[1])
         if kls:
             m["kl"] = float(np.mean(kls))
         return m
@@ -558,10 +587,13 @@ class Trainer:
             with mem.phase("score"):
                 batch = build_batch(trained, self.codec.pad_token_id).to(self.device)
                 old_lp = batch.old_logprobs
-                tis = None
+                tis = anchor = None
                 if cfg.algo.old_logprobs == "recompute" or self.bf16:  # this step's rows: the training pass's log-probs
                     n_fresh = sum(g.size for g in step.fresh)
                     fresh_rows = torch.arange(batch.size, device=self.device) < n_fresh
+                if (cfg.algo.old_logprobs == "recompute" or self.bf16) and self._anchor_in_pass(batch.size):
+                    anchor = fresh_rows  # no separate pass: the update's own forward is π_old (one epoch, one mini-batch)
+                elif cfg.algo.old_logprobs == "recompute" or self.bf16:
                     rec = self._no_grad_logprobs(self.model, batch)
                     if self.bf16:  # the sampler's log-probs are the behaviour policy's: correct for the gap
                         from llm_harness.trainer.precision import rollout_is_weights
@@ -574,7 +606,7 @@ class Trainer:
             t_score = time.perf_counter() - t1
             t2 = time.perf_counter()
             with mem.phase("train"):
-                m.update(self._update(batch, step.index, old_lp, ref_lp, tis))
+                m.update(self._update(batch, step.index, old_lp, ref_lp, tis, anchor))
             t_train = time.perf_counter() - t2
         else:  # no update: loss, gradient norm and entropy are absent (not NaN), optimizer_steps says why
             m["optimizer_steps"] = 0.0
