@@ -81,7 +81,27 @@ def within_dict(x, y, groups, method: str, *, confidence: float = 0.95, ci_metho
         "n_groups_used": w.n_groups_used,
         "n_groups_skipped": w.n_groups_skipped,
         "n_points_used": w.n_points_used,
+        # Cochran's Q: do the groups share one correlation? (small q_p: no, read a group-level interval)
+        "q_stat": w.q_stat, "q_df": w.q_df, "q_p": w.q_p, "i_squared": w.i_squared,
     }
+
+
+def cluster_dict(x, y, clusters, method: str, *, confidence: float = 0.95, n_resamples: int = 2000,
+                 seed: int = 0) -> dict[str, Any]:
+    """The pooled correlation with a cluster-bootstrap interval (``theory.metrics.cluster_bootstrap_correlation``:
+    whole clusters resampled) as a dict, or ``{"error": ...}``."""
+    from theory.metrics import cluster_bootstrap_correlation
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    c = np.asarray(clusters)
+    ok = np.isfinite(x) & np.isfinite(y)
+    try:
+        r, lo, hi, k = cluster_bootstrap_correlation(x[ok], y[ok], c[ok], method, confidence=confidence,
+                                                     n_resamples=n_resamples, seed=seed)
+    except ValueError as exc:
+        return {"error": str(exc), "n_clusters": 0}
+    return {"estimate": r, "lo": lo, "hi": hi, "n_clusters": k, "n": int(ok.sum())}
 
 
 def mean_success(correct: np.ndarray, confidence: float = 0.95) -> dict[str, float]:

@@ -237,7 +237,9 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
     for regime in suite.regimes:
         if regime.name not in summary or not summary[regime.name]["methods"]:
             continue
-        lines += [f"## Regime `{regime.name}`: {regime.description}", ""]
+        rs = cfg.sizes_for(regime.name)  # the samples actually drawn, not a number written in the description
+        lines += [f"## Regime `{regime.name}`: {regime.description}; held-out evaluation as run: "
+                  f"{rs['eval_problems']} problems x {rs['eval_k']} samples", ""]
         tab, recs = _table(cfg, regime.name, summary[regime.name], suite)
         records_all[regime.name] = recs
         lines += tab + [""]

@@ -269,7 +269,7 @@ register_suite(
         regimes=(
             Regime("sparse", "the `low` checkpoint on 6-term chains, trained on a fixed pool of 128 hard prompts (at most one "
                    "success in 16 samples), VSR cold-started from the pool's expert solutions; held-out: 6-term validation "
-                   "problems at T 0.7, top-p 0.9, 16 samples"),
+                   "problems at T 0.7, top-p 0.9"),
         ),
         # 11 seeds: what the 6-seed report's power analysis asked for (figures/compare_vsr_regime/six_seeds/); the held-out
         # evaluation scores all 500 validation problems (8 samples each) once, at the end: evaluation noise was ~60 % of

@@ -122,6 +122,28 @@ def collect(ctx: StudyContext, problems: Sequence, chunk: int) -> tuple[list[dic
     return rows, counts
 
 
+def _paired_last_minus_first(table, first: float, last: float) -> dict[str, Any]:
+    """Success from the last failed-prefix position minus the first, paired by problem (the problems with a failed
+    group at both): the mean difference with a t-interval over problems (``theory.metrics.two_stage_interval``,
+    equal weights) — the test the point-estimate trend above does not make."""
+    from theory.metrics import two_stage_interval
+
+    f = table[table["source"] == "failed"].copy()
+    f["_success"] = [s.count("1") / len(s) if len(s) else float("nan") for s in f["correct_bits"]]
+    per = f.groupby(["problem_id", "position"])["_success"].mean().unstack("position")
+    if first not in per.columns or last not in per.columns:
+        return {"error": "no problem has failed groups at both positions", "n_problems": 0}
+    d = (per[last] - per[first]).dropna().to_numpy(dtype=np.float64)
+    if d.size < 2:
+        return {"error": f"only {d.size} problem(s) with failed groups at both positions", "n_problems": int(d.size)}
+    if np.ptp(d) == 0:
+        return {"estimate": float(d[0]), "lo": float(d[0]), "hi": float(d[0]), "p_value": float("nan"),
+                "n_problems": int(d.size)}
+    m, lo, hi, p = two_stage_interval(d, np.ones_like(d))
+    return {"estimate": m, "lo": lo, "hi": hi, "p_value": p, "n_problems": int(d.size),
+            "first": float(first), "last": float(last)}
+
+
 def analyze(table, cfg: FailedPrefixConfig) -> dict[str, Any]:
     """Per (source, position): mean success with CI, all-fail / mixed / all-success fractions."""
     cells = []
@@ -146,7 +168,9 @@ def analyze(table, cfg: FailedPrefixConfig) -> dict[str, Any]:
         f = [c["all_fail"]["rate"] for c in failed]
         trend = {"failed_success_decreasing": bool(np.all(np.diff(s) <= 0)),
                  "failed_all_fail_increasing": bool(np.all(np.diff(f) >= 0)),
-                 "failed_mixed_at_last_position": failed[-1]["mixed"]["rate"]}
+                 "failed_mixed_at_last_position": failed[-1]["mixed"]["rate"],
+                 "failed_last_minus_first": _paired_last_minus_first(table, failed[0]["position"],
+                                                                     failed[-1]["position"])}
     return {"cells": cells, "trend": trend, "n_problems": int(table["problem_id"].nunique()),
             "n_continuations": int(cfg.n_continuations), "init_samples": int(cfg.init_samples)}
 
@@ -167,9 +191,16 @@ def render(summary: dict[str, Any]) -> str:
         "",
     ]
     if t:
-        lines.append(f"* failed prefixes: success decreasing with position: {t['failed_success_decreasing']}; "
-                     f"all-fail fraction increasing: {t['failed_all_fail_increasing']}; "
+        lines.append(f"* failed prefixes, point estimates: success decreasing with position: "
+                     f"{t['failed_success_decreasing']}; all-fail fraction increasing: {t['failed_all_fail_increasing']}; "
                      f"mixed groups at the last position: {t['failed_mixed_at_last_position']:.3f}")
+        d = t.get("failed_last_minus_first")
+        if d is not None:
+            lines.append("* failed prefixes, success at the last position minus the first, paired by problem: "
+                         + (f"n/a ({d['error']})" if "error" in d else
+                            f"{d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] over {d['n_problems']} problems "
+                            f"(t-interval over problems; p = {d['p_value']:.3g})"
+                            + ("" if d["lo"] > 0 or d["hi"] < 0 else ": no trend detected")))
     return "\n".join(lines) + "\n"
 
 

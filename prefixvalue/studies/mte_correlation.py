@@ -13,9 +13,12 @@ Analysis: for every metric, the within-problem Spearman correlation with the MC 
 through Fisher's z, Fisher CI as in ExTra; primary, because regeneration chooses among prefixes of
 one prompt) and the pooled Spearman (secondary: confounded by problem difficulty), ranked by
 ``|within-problem ρ|``. Metrics constant within every problem (e.g. ``p0``) get a pooled value only.
-The Fisher CIs treat prefixes as independent, but the (up to four) prefixes of one trajectory are
-not; the summary therefore also gives a percentile-bootstrap CI that resamples whole problems
-(``within_bootstrap``), the honest one when there are enough problems.
+The Fisher CIs treat prefixes as independent and assume one correlation shared by every problem, but the
+(up to four) prefixes of one trajectory are not independent and problems differ; the summary therefore also gives
+intervals at the level of the randomness — a percentile bootstrap that resamples whole problems
+(``within_bootstrap``) and the two-stage interval over the problems' own correlations (``within_two_stage``) —
+and Cochran's Q of the problems' correlations (``theory.metrics.cochran_q``), which says whether the Fisher CI's
+common-correlation assumption holds.
 
 Departures from the paper: no per-problem balancing of the prefix pool; fewer trajectories in
 quick mode (16); label-aware metrics are the test bed's exact step grader instead of semantic
@@ -186,6 +189,7 @@ def analyze(table, cfg: MTECorrelationConfig) -> dict[str, Any]:
             "family": metric_family(col, cfg.task),
             "within": within_dict(x, y, groups, "spearman"),
             "within_bootstrap": within_dict(x, y, groups, "spearman", ci_method="bootstrap"),
+            "within_two_stage": within_dict(x, y, groups, "spearman", ci_method="two_stage"),
             "pooled": correlation_dict(x, y, "spearman"),
         })
 
@@ -212,7 +216,8 @@ def render(summary: dict[str, Any]) -> str:
     rows = []
     for i, m in enumerate(summary["ranking"], 1):
         w = m["within"]
-        rows.append((i, m["metric"], m["family"], fmt_ci(w), fmt_ci(m["within_bootstrap"]), w.get("n_groups_used", 0),
+        rows.append((i, m["metric"], m["family"], fmt_ci(w), fmt_ci(m["within_bootstrap"]),
+                     fmt_ci(m.get("within_two_stage", {"error": "not computed"})), _q(w), w.get("n_groups_used", 0),
                      fmt_ci(m["pooled"])))
     mte = summary["mte"]
     lines = [
@@ -222,12 +227,25 @@ def render(summary: dict[str, Any]) -> str:
         "",
     ]
     if mte is not None:
-        lines += [f"* MTE: within-problem Spearman {fmt_ci(mte['within'])} (Fisher CI; p = "
-                  f"{mte['within'].get('p_value', float('nan')):.3g}), problem-bootstrap CI "
-                  f"{fmt_ci(mte['within_bootstrap'])}; pooled Spearman {fmt_ci(mte['pooled'])}", ""]
+        w = mte["within"]
+        het = w.get("q_p", float("nan"))
+        lines += [f"* MTE: within-problem Spearman {fmt_ci(w)} (Fisher CI: every prefix independent and one common "
+                  f"correlation; p = {w.get('p_value', float('nan')):.3g}); at the level of the randomness (problems "
+                  f"as units): problem-bootstrap CI {fmt_ci(mte['within_bootstrap'])}, two-stage CI "
+                  f"{fmt_ci(mte.get('within_two_stage', {'error': 'not computed'}))}; pooled Spearman {fmt_ci(mte['pooled'])}",
+                  f"* do the problems share one correlation? Cochran's Q = {w.get('q_stat', float('nan')):.1f} on "
+                  f"{w.get('q_df', 0)} df, p = {het:.3g}, I^2 = {w.get('i_squared', float('nan')):.2f}"
+                  + (": no, so the Fisher CI is too narrow; read the problem-level intervals" if het < 0.05 else
+                     ": no heterogeneity detected"), ""]
     lines += [markdown_table(("rank", "metric", "family", "within-problem Spearman [Fisher 95% CI]",
-                              "within [problem-bootstrap CI]", "problems", "pooled Spearman [95% CI]"), rows)]
+                              "[problem-bootstrap CI]", "[two-stage CI]", "Cochran's Q (p)", "problems",
+                              "pooled Spearman [95% CI]"), rows)]
     return "\n".join(lines) + "\n"
+
+
+def _q(w: dict[str, Any]) -> str:
+    q = w.get("q_stat", float("nan"))
+    return "n/a" if "error" in w or q != q else f"{q:.1f} ({w.get('q_p', float('nan')):.2g})"
 
 
 def plot(table, summary: dict[str, Any], out_dir) -> list:

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from prefixvalue.analysis import bits, correlation_dict, fmt_ci, markdown_table, pyplot, save_figure, within_dict
+from prefixvalue.analysis import bits, cluster_dict, correlation_dict, fmt_ci, markdown_table, pyplot, save_figure, within_dict
 from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefixes import alpha_cut, empirical_std, p_hat, std_hat, variance_hat
@@ -293,6 +293,10 @@ def _correlations(table, pred: str) -> dict[str, Any]:
     y = table["empirical_std"].to_numpy()
     x = table[pred].to_numpy()
     res: dict[str, Any] = {"pooled": {m: correlation_dict(x, y, m) for m in ("pearson", "spearman")}}
+    # the states of one problem share p0 and its trajectory: the interval at the level of the randomness
+    # resamples whole problems (theory.metrics.cluster_bootstrap_correlation)
+    res["pooled_problem_bootstrap"] = {m: cluster_dict(x, y, table["problem_id"].to_numpy(), m)
+                                       for m in ("pearson", "spearman")}
     res["by_position"] = []
     for pos, grp in table.groupby("position", sort=True):
         res["by_position"].append({
@@ -394,8 +398,12 @@ def render(summary: dict[str, Any]) -> str:
         res = summary[pred]
         lines.append(f"## predicted {_LABELS[pred]} vs empirical continuation std")
         lines.append("")
-        rows = [("pooled", sum(b["n"] for b in res["by_position"]), fmt_ci(res["pooled"]["pearson"]),
-                 fmt_ci(res["pooled"]["spearman"]))]
+        rows = [("pooled (Fisher CI: states independent)", sum(b["n"] for b in res["by_position"]),
+                 fmt_ci(res["pooled"]["pearson"]), fmt_ci(res["pooled"]["spearman"]))]
+        if "pooled_problem_bootstrap" in res:
+            pb = res["pooled_problem_bootstrap"]
+            rows.append((f"pooled (problem bootstrap: {pb['pearson'].get('n_clusters', 0)} problems as units)", "",
+                         fmt_ci(pb["pearson"]), fmt_ci(pb["spearman"])))
         rows += [(f"position {b['position']:.2f}", b["n"], fmt_ci(b["pearson"]), fmt_ci(b["spearman"]))
                  for b in res["by_position"]]
         rows.append(("within position (Fisher-z avg)", "", fmt_ci(res["within_position"]["pearson"]),
@@ -416,7 +424,8 @@ def render(summary: dict[str, Any]) -> str:
         f"({cal['bins']} α-bins, prior {cal['prior']:g}, the VSR plug-in's) on {cal['target']}; cross-fitted "
         f"over {cal['folds']} folds of problems (seeded hash; problems per fold {cal['problems_per_fold']}): a "
         "state's prediction comes from the curve fitted on the other folds. No extra generation.",
-        f"* differences: {cmp_['method']}; Fisher-z CIs of the single correlations treat states as independent.",
+        f"* differences: {cmp_['method']}; Fisher-z CIs of the single correlations treat states as independent "
+        "(the problem-bootstrap rows do not).",
         f"* the two predictions on these states: Pearson(linear, calibrated p(1-p)) = {fmt_ci(cal['agreement']['pearson'])}, "
         f"Spearman = {fmt_ci(cal['agreement']['spearman'])}, mean |difference| = "
         + ("n/a" if cal["agreement"]["mean_abs_difference"] is None else f"{cal['agreement']['mean_abs_difference']:.3f}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy import stats
 import pandas as pd
 import pytest
 
@@ -56,8 +57,16 @@ def test_failed_prefix_cells_and_trend():
     assert cell[("failed", 0.75)]["all_fail"]["rate"] == 0.8
     assert cell[("failed", 0.25)]["mean_success"] == 0.5
     assert cell[("successful", 0.75)]["all_success"]["rate"] == 1.0
+    d = s["trend"].pop("failed_last_minus_first")
     assert s["trend"] == {"failed_success_decreasing": True, "failed_all_fail_increasing": True,
                           "failed_mixed_at_last_position": 0.2}
+    # paired by problem: 8 problems go 4/8 -> 0/8, two go 4/8 -> 1/8
+    diffs = np.array([-0.5] * 8 + [-0.375] * 2)
+    assert d["n_problems"] == 10 and d["estimate"] == pytest.approx(diffs.mean())
+    half = stats.t.ppf(0.975, 9) * diffs.std(ddof=1) / np.sqrt(10)
+    assert (d["lo"], d["hi"]) == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+    assert "no trend" not in failed_prefix.render({**s, "trend": {**s["trend"], "failed_last_minus_first": d},
+                                                    "model": "m", "task": "t", "split": "s"})
 
 
 def test_sigma_validation_perfect_prediction_gives_correlation_one(monkeypatch):

@@ -26,6 +26,9 @@ from theory.metrics.correlation import (
     pearson,
     spearman,
     within_group_correlation,
+    cochran_q,
+    two_stage_interval,
+    cluster_bootstrap_correlation,
 )
 from theory.metrics.diversity import (
     BLEU_EPSILON,
@@ -74,6 +77,9 @@ __all__ = [
     "spearman",
     "fisher_z_interval",
     "within_group_correlation",
+    "cochran_q",
+    "two_stage_interval",
+    "cluster_bootstrap_correlation",
     # diversity
     "BLEU_EPSILON",
     "BLEU_SMOOTHINGS",

@@ -48,6 +48,9 @@ __all__ = [
     "spearman",
     "fisher_z_interval",
     "within_group_correlation",
+    "cochran_q",
+    "two_stage_interval",
+    "cluster_bootstrap_correlation",
 ]
 
 #: Var(atanh(r_s)) ~= 1.06 / (n - 3) for Spearman's r_s (Fieller, Hartley & Pearson 1957).
@@ -372,7 +375,7 @@ WITHIN_GROUP_WEIGHTINGS.add("n_minus_3", lambda n_g: n_g - 3.0)
 # every group counts the same, whatever its size
 WITHIN_GROUP_WEIGHTINGS.add("equal", lambda n_g: np.ones_like(n_g, dtype=np.float64))
 
-_WITHIN_CI = ("fisher", "bootstrap")
+_WITHIN_CI = ("fisher", "bootstrap", "two_stage")
 
 
 @dataclass(frozen=True)
@@ -386,7 +389,9 @@ class WithinGroupCorrelation:
     hi: float
     """Upper end of the confidence interval."""
     p_value: float
-    """Two-sided z-test of zero average z, ``se`` as in the Fisher CI (NaN if a used group has n_g = 3)."""
+    """Two-sided test of zero average z: with ``ci_method="two_stage"`` the t-test of the two-stage interval
+    (G - 1 degrees of freedom), otherwise the z-test with ``se`` as in the Fisher CI (NaN if a used group has
+    n_g = 3)."""
     method: str
     """``"pearson"`` or ``"spearman"``."""
     ci_method: str
@@ -413,6 +418,83 @@ class WithinGroupCorrelation:
     """Unclipped r_g of the groups used."""
     group_sizes: tuple[int, ...]
     """n_g of the groups used."""
+    q_stat: float = float("nan")
+    """Cochran's Q of the groups' z_g around their fixed-effect (n_g - 3 weighted) mean, in units of Var z_g =
+    v / (n_g - 3): large when the groups do not share one correlation (NaN below 2 groups or with n_g = 3)."""
+    q_df: int = 0
+    """Degrees of freedom of Q: groups used - 1."""
+    q_p: float = float("nan")
+    """P-value of Q against chi-square(q_df): small = heterogeneous groups, so the Fisher CI is too narrow."""
+    i_squared: float = float("nan")
+    """Higgins' I^2 = max(0, (Q - df) / Q): the share of the z_g spread beyond sampling noise."""
+
+
+def cochran_q(z: np.ndarray, n_g: np.ndarray, fisher_variance: float = 1.0) -> tuple[float, int, float, float]:
+    """``(Q, df, p, I^2)`` of per-group Fisher z values ``z`` with group sizes ``n_g`` (all > 3): Cochran's
+    heterogeneity statistic ``Q = sum_g w_g (z_g - z_fe)^2`` with ``w_g = (n_g - 3) / v`` and ``z_fe`` the
+    ``w``-weighted mean; ``Q ~ chi2(G - 1)`` when the groups share one correlation."""
+    z = np.asarray(z, dtype=np.float64)
+    n_g = np.asarray(n_g, dtype=np.float64)
+    if z.size < 2 or np.any(n_g <= 3):
+        return float("nan"), max(int(z.size) - 1, 0), float("nan"), float("nan")
+    w = (n_g - 3.0) / fisher_variance
+    z_fe = float(np.sum(w * z) / np.sum(w))
+    q = float(np.sum(w * (z - z_fe) ** 2))
+    df = int(z.size - 1)
+    p = float(stats.chi2.sf(q, df))
+    return q, df, p, (max(0.0, (q - df) / q) if q > 0 else 0.0)
+
+
+def two_stage_interval(z: np.ndarray, w: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float, float]:
+    """``(z_bar, lo, hi, p)`` of the weighted mean of per-group estimates ``z`` (weights ``w``) from their spread
+    across groups — stage one the groups' own estimates, stage two a t-interval over them: ``se^2 = G / (G - 1)
+    sum_g w_g^2 (z_g - z_bar)^2 / (sum_g w_g)^2`` (the cluster-robust variance; with equal weights ``sd / sqrt(G)``),
+    ``t`` with G - 1 degrees of freedom. Valid when groups differ in their true value (random effects); needs
+    G >= 2. Interval and estimate on the z scale (apply ``tanh`` for correlations)."""
+    z = np.asarray(z, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    g = z.size
+    if g < 2:
+        raise ValueError("groups: a two-stage interval needs at least 2 usable groups")
+    z_bar = float(np.sum(w * z) / np.sum(w))
+    se = float(np.sqrt(g / (g - 1.0) * np.sum(w * w * (z - z_bar) ** 2)) / np.sum(w))
+    t = float(stats.t.ppf(0.5 + confidence / 2.0, g - 1))
+    p = float(2.0 * stats.t.sf(abs(z_bar) / se, g - 1)) if se > 0 else (0.0 if z_bar != 0 else 1.0)
+    return z_bar, z_bar - t * se, z_bar + t * se, p
+
+
+def cluster_bootstrap_correlation(x, y, clusters, method: str, *, confidence: float = 0.95, n_resamples: int = 2000,
+                                  seed: int | np.random.Generator = 0) -> tuple[float, float, float, int]:
+    """``(r, lo, hi, n_clusters)``: the pooled correlation of ``x`` and ``y`` with a percentile interval from
+    resampling whole clusters with replacement (points of a cluster — states of one problem, prefixes of one
+    trajectory — stay together, so dependence inside a cluster is kept out of the interval's sample size).
+    Resamples where x or y is constant are dropped; needs >= 2 clusters."""
+    kind = CORRELATIONS.lookup(method, where="method")
+    confidence = check_probability(confidence, "confidence", open_low=True, open_high=True)
+    n_resamples = _check_n_resamples(n_resamples)
+    x = as_array(x, "x", ndim=1)
+    y = as_array(y, "y", ndim=1, shape=(x.shape[0],))
+    c = np.asarray(clusters)
+    if c.ndim != 1 or c.shape[0] != x.shape[0]:
+        raise ValueError(f"clusters: expected shape ({x.shape[0]},), got {c.shape}")
+    labels, inverse = np.unique(c, return_inverse=True)
+    if labels.size < 2:
+        raise ValueError("clusters: a cluster bootstrap needs at least 2 clusters")
+    _check_non_constant(x, "x")
+    _check_non_constant(y, "y")
+    members = [np.flatnonzero(inverse == j) for j in range(labels.size)]
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(n_resamples):
+        idx = np.concatenate([members[j] for j in rng.integers(0, labels.size, labels.size)])
+        xb, yb = x[idx], y[idx]
+        if np.ptp(xb) > 0 and np.ptp(yb) > 0:
+            draws.append(float(kind.statistic(xb, yb)))
+    if len(draws) < max(10, n_resamples // 2):
+        raise ValueError(f"clusters: only {len(draws)} of {n_resamples} resamples had non-constant x and y")
+    a = (1.0 - confidence) / 2.0
+    lo, hi = (float(v) for v in np.quantile(np.asarray(draws), [a, 1.0 - a]))
+    return float(kind.statistic(x, y)), lo, hi, int(labels.size)
 
 
 def within_group_correlation(
@@ -438,9 +520,12 @@ def within_group_correlation(
     ``tanh(z_bar)``.
 
     CIs: ``"fisher"``: ``tanh(z_bar -/+ z_crit se)``, ``se^2 = v sum_g w_g^2 / (n_g - 3) / (sum_g w_g)^2``
-    (assumes a common true correlation across groups); ``"bootstrap"``: percentile interval of
-    ``tanh(z_bar)`` over resamples of the used groups (needs >= 2 groups; allows between-group
-    heterogeneity).
+    (assumes a common true correlation across groups and independent points); ``"bootstrap"``: percentile
+    interval of ``tanh(z_bar)`` over resamples of the used groups (the cluster bootstrap: needs >= 2 groups;
+    allows between-group heterogeneity and any dependence inside a group); ``"two_stage"``:
+    :func:`two_stage_interval` over the groups' z_g (t with G - 1 df; same allowances). Cochran's Q
+    (:func:`cochran_q`) says whether the groups share one correlation: ``q_p`` small means the Fisher CI is
+    too narrow and a cluster-level interval is the one to read.
 
     Args:
       x: ``x[i]``; y: ``y[i]``; groups: ``groups[i]`` hashable, sortable labels; all length n.
@@ -511,8 +596,12 @@ def within_group_correlation(
     else:
         se, p_value = float("inf"), float("nan")
     zc = _z_crit(confidence)
+    q, q_df, q_p, i2 = cochran_q(z, n_g, kind.fisher_variance)
     if ci_method == "fisher":
         lo, hi = float(np.tanh(z_bar - zc * se)), float(np.tanh(z_bar + zc * se))
+    elif ci_method == "two_stage":
+        _, zlo, zhi, p_value = two_stage_interval(z, w, confidence)
+        lo, hi = float(np.tanh(zlo)), float(np.tanh(zhi))
     else:
         if r.size < 2:
             raise ValueError("groups: a bootstrap over groups needs at least 2 usable groups")
@@ -539,4 +628,8 @@ def within_group_correlation(
         group_labels=tuple(used_labels),
         group_estimates=tuple(float(v) for v in r),
         group_sizes=tuple(int(v) for v in n_g),
+        q_stat=q,
+        q_df=q_df,
+        q_p=q_p,
+        i_squared=i2,
     )
