@@ -38,7 +38,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -179,6 +179,58 @@ def level_stats(table, correct: np.ndarray, lengths: np.ndarray, levels: Sequenc
     return out
 
 
+def chance_levels(samples, levels: Sequence[str], *, seed: int = 0, draws: int = 20) -> list[dict[str, Any]]:
+    """Per level (then ``all``): the real pass rate and its **chance level** — every sample's answer (as the verifier
+    reads it) scored against the answer of a random *other* problem of the same level, averaged over ``draws`` seeded
+    pairings — under the ``lenient`` reader (the committed verifier: the last number counts) and the ``strict`` one (a
+    declared final answer only: ``arith_ladder.read_strict_answer``), and the share of samples that declare one. A
+    pass rate near its chance level is mostly incidental matches, not computation."""
+    from llm_harness.tasks.arith_ladder import _to_number, read_natural_answer, read_strict_answer
+
+    lv = samples["level"].to_numpy()
+    pid = samples["problem_id"].to_numpy()
+    gold = samples["answer"].astype(float).to_numpy()
+
+    def values(reader) -> np.ndarray:
+        out = np.full(len(samples), np.nan)
+        for i, text in enumerate(samples["response"].astype(str)):
+            status, extracted, _ = reader(text)
+            v = _to_number(extracted or "") if extracted is not None else None
+            out[i] = np.nan if v is None else float(v)
+        return out
+
+    read = {"lenient": values(read_natural_answer), "strict": values(read_strict_answer)}
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name in [*levels, "all"]:
+        sel = np.ones(len(lv), bool) if name == "all" else lv == name
+        if not sel.any():
+            continue
+        row: dict[str, Any] = {"level": name, "samples": int(sel.sum()),
+                               "share_declared": float(np.isfinite(read["strict"][sel]).mean())}
+        for mode, v in read.items():
+            row[f"pass_{mode}"] = float(np.mean(v[sel] == gold[sel]))
+            hits = []
+            for _ in range(draws):  # a random other problem of the sample's own level, per sample
+                other = np.empty(len(lv))
+                for level in (levels if name == "all" else [name]):
+                    rows_l = np.flatnonzero(sel & (lv == level))
+                    probs, first = np.unique(pid[rows_l], return_index=True)
+                    if len(probs) < 2:
+                        other[rows_l] = np.nan
+                        continue
+                    ans = gold[rows_l][first]
+                    own = np.searchsorted(probs, pid[rows_l])
+                    pick = rng.integers(0, len(probs) - 1, len(rows_l))
+                    pick = pick + (pick >= own)  # skip the sample's own problem
+                    other[rows_l] = ans[pick]
+                valid = np.isfinite(other[sel])  # a level with one problem has no other to pair with
+                hits.append(float(np.mean((v[sel] == other[sel])[valid])) if valid.any() else float("nan"))
+            row[f"chance_{mode}"] = float(np.mean(hits))
+        rows.append(row)
+    return rows
+
+
 def hint_curve_by_level(hint_table, levels: Sequence[str]) -> list[dict[str, Any]]:
     """Mean continuation success per (level, α) from the hint-ratio rows (``difficulty`` -> level)."""
     from llm_harness.tasks.arith_ladder import LEVELS
@@ -299,6 +351,28 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+def _chance_lines(summary: dict[str, Any]) -> list[str]:
+    """The README's table of real against chance pass rates (:func:`chance_levels`), lenient and strict reader."""
+    from prefixvalue.analysis import markdown_table
+
+    rows = summary.get("chance")
+    if not rows:
+        return []
+    table = [(r["level"], r["samples"], f"{r['pass_lenient']:.3f}", f"{r['chance_lenient']:.3f}",
+              f"{r['pass_strict']:.3f}", f"{r['chance_strict']:.3f}", f"{r['share_declared']:.2f}") for r in rows]
+    return ["### Real against chance",
+            "",
+            "The chance level scores every sample's answer against the answer of a random other problem of the same level "
+            "(20 seeded pairings; `model_card.chance_levels`): what the verifier would pass if the model computed nothing "
+            "about *this* problem. *Lenient* is the verifier of the committed results (a declared answer, else the last "
+            "number); *strict* reads only a declared final answer (`\\boxed{}`, `#### N`, \"the answer is N\": "
+            "`arith_ladder` with `answer_mode: strict`).",
+            "",
+            markdown_table(("level", "samples", "pass (lenient)", "chance (lenient)", "pass (strict)", "chance (strict)",
+                            "declared an answer"), table),
+            ""]
+
+
 def render_readme(summary: dict[str, Any]) -> str:
     """The card's README from ``summary.json``'s content (every number comes from it)."""
     from prefixvalue.analysis import markdown_table
@@ -342,6 +416,7 @@ def render_readme(summary: dict[str, Any]) -> str:
         "stating it; *correct, stated* is the share of correct samples that state it as a result (`= 5`, `is 5`, "
         "`equals 5`, ...: `arith_ladder.states_result`), the rest are such incidental passes.",
         "",
+        *_chance_lines(summary),
         "![pass rates](pass_rates.png)",
         "",
         "## Continuation success vs α from reference-solution prefixes",
@@ -550,11 +625,12 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
                  "response": r.response if len(r.response) <= 160 else r.response[:157] + "..."} for r in first.itertuples()]
     summary = {
         "model_name": run["model_name"], "model_info": run["model_info"], "model_folder": run["model_folder"],
-        "config": asdict(cfg),
+        "config": asdict(replace(cfg, reanalyze=False)),
         "levels": stats,
         "pass_rate_histogram": {lv: np.bincount(table.loc[table["level"] == lv, "n_correct"], minlength=correct.shape[1]).tolist()
                                 for lv in levels},
         "answer_rules": {str(k): int(v) for k, v in samples["rule"].value_counts().items()},
+        "chance": chance_levels(samples, levels, seed=cfg.seed),
         "hint_ratio": hint_summary,
         "counts": run["counts"],
         "tokens": {"pass_rates": int(lengths.sum()),
@@ -568,7 +644,7 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
     if len(hint_rows):
         plot_hint_curve(hint_summary, hint_summary["by_level"], out)
     plot_lengths(lengths, correct, table["level"].to_numpy(), levels, cfg.max_new_tokens, out)
-    save_config(cfg, out / "config.yaml")
+    save_config(replace(cfg, reanalyze=False), out / "config.yaml")  # the config that produced the samples
     write_json(out / "summary.json", summary)
     write_text(out / "README.md", render_readme(summary))
     return summary

@@ -62,7 +62,10 @@ __all__ = [
     "LEVELS",
     "ArithLadderConfig",
     "ArithLadderTask",
+    "ANSWER_MODES",
+    "STRICT_RULES",
     "read_natural_answer",
+    "read_strict_answer",
     "split_sentences",
     "states_result",
 ]
@@ -136,9 +139,27 @@ def states_result(text: str, value: int) -> bool:
                      text.replace("\u2212", "-"), re.IGNORECASE) is not None
 
 
-def verify_natural(completion: str, gold: int) -> VerifyResult:
-    """Reward 1 iff :func:`read_natural_answer` finds a number equal to ``gold``."""
-    status, extracted, rule = read_natural_answer(completion)
+#: the rules of a *declared* final answer (``answer_mode: strict``): no fallback to a number the text merely contains
+STRICT_RULES = ("boxed", "hashes", "answer_is")
+
+
+def read_strict_answer(text: str) -> tuple[ParseStatus, str | None, str]:
+    """:func:`read_natural_answer` restricted to a declared final answer (:data:`STRICT_RULES`: ``\\boxed{}``,
+    ``#### N``, "the answer is N"): a response that only mentions numbers is MISSING, so a pass cannot be a number
+    that happens to be the last one in the text."""
+    status, extracted, rule = read_natural_answer(text)
+    if rule in STRICT_RULES:
+        return status, extracted, rule
+    return ParseStatus.MISSING, None, ""
+
+
+#: answer mode -> reader (``ArithLadderConfig.answer_mode``)
+ANSWER_MODES = {"lenient": read_natural_answer, "strict": read_strict_answer}
+
+
+def verify_natural(completion: str, gold: int, mode: str = "lenient") -> VerifyResult:
+    """Reward 1 iff the reader of ``mode`` (:data:`ANSWER_MODES`) finds a number equal to ``gold``."""
+    status, extracted, rule = ANSWER_MODES[mode](completion)
     if status is not ParseStatus.OK:
         return VerifyResult(0.0, status, extracted, detail=rule or "no number in the response")
     value = _to_number(extracted or "")
@@ -245,9 +266,15 @@ class ArithLadderConfig:
     """Share of each level's problem space given to (train, validation, test); sums to 1."""
     instruction: str = ""
     """Text appended to every question after a space (e.g. ``Answer with a number.``); empty = none."""
+    answer_mode: str = "lenient"
+    """How a response's answer is read: ``lenient`` (a declared final answer, else the last number, else the last
+    number word: the committed results' verifier) or ``strict`` (only a declared final answer — ``\\boxed{}``,
+    ``#### N``, "the answer is N" — so a pass cannot be an incidental last number; see the model card's chance level)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", tuple(self.levels))
+        if self.answer_mode not in ANSWER_MODES:
+            raise ValueError(f"answer_mode: must be one of {sorted(ANSWER_MODES)}, got {self.answer_mode!r}")
         if not self.levels:
             raise ValueError("levels: must name at least one level")
         for i, name in enumerate(self.levels):
@@ -321,7 +348,7 @@ class ArithLadderTask(Task):
         return f"{problem.prompt} {self.config.instruction}" if self.config.instruction else problem.prompt
 
     def verify(self, problem: Problem, completion: str) -> VerifyResult:
-        return verify_natural(completion, int(problem.answer))
+        return verify_natural(completion, int(problem.answer), self.config.answer_mode)
 
     def split_steps(self, text: str) -> tuple[Step, ...]:
         return split_sentences(text)
