@@ -23,6 +23,7 @@ import numpy as np
 from gridworld.curriculum import cell_marginals, curriculum_curve, trend_scalars
 from gridworld.pg_experiment import PGConfig, curve_table, make_grid, one_torch_thread, paired_difference, run_comparison, train_learner, variance_table
 from vsr.registry import Registry
+from vsr.atomic import CSV_FLOAT_FORMAT
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def figure2(cfg: Figure2Config) -> int:
     curr_all = pd.DataFrame(curr_rows)
     for name, df in (("curves.csv", curves), ("curriculum.csv", curr_all), ("heatmaps.csv", pd.DataFrame(heat_rows)), ("variance.csv", variance_table(traces))):
         with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False)
+            df.to_csv(tmp, index=False, float_format=CSV_FLOAT_FORMAT)
 
     curr = curr_all[curr_all["regime"] == "default"]
     J_of = dict(zip(curr["update"], curr["J"]))
@@ -282,7 +283,7 @@ def compare(cfg: CompareConfig) -> int:
     curves, var = curve_table(traces), variance_table(traces)
     for name, df in (("curves.csv", curves), ("variance.csv", var)):
         with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False)
+            df.to_csv(tmp, index=False, float_format=CSV_FLOAT_FORMAT)
     lines = ["# Gridworld policy-gradient comparison", "", f"{len(cfg.pg.seeds)} seeds x {cfg.pg.updates} updates, {cfg.pg.states_per_update} states per update, {cfg.pg.optimizer} lr {cfg.pg.lr}.", ""]
     lines += ["| method | final J (mean over seeds) | mean J, last 20 updates | vs on_policy (paired, 95% CI) | exact V at update 0 | measured V at update 0 (mean over seeds) |", "|---|---|---|---|---|---|"]
     for m in cfg.pg.methods:

@@ -48,6 +48,7 @@ import numpy as np
 from theory import svmd as sv
 from theory._validate import as_array, check_probability, check_simplex
 from theory.instances import DenseMDP, random_dense_mdp
+from vsr.atomic import CSV_FLOAT_FORMAT
 
 #: Tie tolerance used when the comparator spreads its mass over the optimal actions.
 ARGMAX_TIE_TOL = 1e-12
@@ -373,7 +374,7 @@ def rows_to_csv(rows: list[dict]) -> str:
     w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
     w.writeheader()
     for row in rows:
-        w.writerow({k: (repr(float(v)) if isinstance(v, float) else v) for k, v in row.items()})
+        w.writerow({k: (CSV_FLOAT_FORMAT % float(v) if isinstance(v, float) else v) for k, v in row.items()})
     return buf.getvalue()
 
 

@@ -95,6 +95,10 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, allow_nan=False, default=_json_default) + "\n")
 
 
+#: floats in committed CSV files: 12 significant digits, so a result that moves only in its last bits between machines
+#: or thread schedules (a parallel reduction's summation order) writes the same bytes (``make figures`` reproduces them)
+CSV_FLOAT_FORMAT = "%.12g"
+
 #: the largest JSON file :func:`read_json` reads (manifests, pools, summaries, records are kB to a few MB)
 MAX_JSON_BYTES = 256 << 20
 
