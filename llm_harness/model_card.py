@@ -179,6 +179,14 @@ def level_stats(table, correct: np.ndarray, lengths: np.ndarray, levels: Sequenc
     return out
 
 
+def _peak_rss_gb() -> float | None:
+    """The process's peak resident memory so far in GiB (``VmHWM``), None where unreadable."""
+    from llm_harness.trainer.memory_watch import GB, peak_rss_bytes
+
+    b = peak_rss_bytes()
+    return None if b is None else b / GB
+
+
 def chance_levels(samples, levels: Sequence[str], *, seed: int = 0, draws: int = 20) -> list[dict[str, Any]]:
     """Per level (then ``all``): the real pass rate and its **chance level** — every sample's answer (as the verifier
     reads it) scored against the answer of a random *other* problem of the same level, averaged over ``draws`` seeded
@@ -200,8 +208,22 @@ def chance_levels(samples, levels: Sequence[str], *, seed: int = 0, draws: int =
         return out
 
     read = {"lenient": values(read_natural_answer), "strict": values(read_strict_answer)}
+    # per level, once: its rows, its problems' answers and each row's own problem (to pair it with another one)
+    per_level = {}
+    for level in levels:
+        rows_l = np.flatnonzero(lv == level)
+        probs, first = np.unique(pid[rows_l], return_index=True)
+        per_level[level] = (rows_l, gold[rows_l][first], np.searchsorted(probs, pid[rows_l]))
     rng = np.random.default_rng(seed)
-    rows = []
+    pairings = []  # draws x samples: the answer of a random other problem of the sample's level (NaN: none)
+    for _ in range(draws):
+        other = np.full(len(lv), np.nan)
+        for rows_l, ans, own in per_level.values():
+            if len(ans) >= 2:
+                pick = rng.integers(0, len(ans) - 1, len(rows_l))
+                other[rows_l] = ans[pick + (pick >= own)]  # skip the sample's own problem
+        pairings.append(other)
+    out = []
     for name in [*levels, "all"]:
         sel = np.ones(len(lv), bool) if name == "all" else lv == name
         if not sel.any():
@@ -211,24 +233,12 @@ def chance_levels(samples, levels: Sequence[str], *, seed: int = 0, draws: int =
         for mode, v in read.items():
             row[f"pass_{mode}"] = float(np.mean(v[sel] == gold[sel]))
             hits = []
-            for _ in range(draws):  # a random other problem of the sample's own level, per sample
-                other = np.empty(len(lv))
-                for level in (levels if name == "all" else [name]):
-                    rows_l = np.flatnonzero(sel & (lv == level))
-                    probs, first = np.unique(pid[rows_l], return_index=True)
-                    if len(probs) < 2:
-                        other[rows_l] = np.nan
-                        continue
-                    ans = gold[rows_l][first]
-                    own = np.searchsorted(probs, pid[rows_l])
-                    pick = rng.integers(0, len(probs) - 1, len(rows_l))
-                    pick = pick + (pick >= own)  # skip the sample's own problem
-                    other[rows_l] = ans[pick]
+            for other in pairings:
                 valid = np.isfinite(other[sel])  # a level with one problem has no other to pair with
                 hits.append(float(np.mean((v[sel] == other[sel])[valid])) if valid.any() else float("nan"))
             row[f"chance_{mode}"] = float(np.mean(hits))
-        rows.append(row)
-    return rows
+        out.append(row)
+    return out
 
 
 def hint_curve_by_level(hint_table, levels: Sequence[str]) -> list[dict[str, Any]]:
@@ -450,7 +460,9 @@ def render_readme(summary: dict[str, Any]) -> str:
         "",
         f"* pass rates: {t['pass_rates_s']:.0f} s ({summary['tokens']['pass_rates']} new tokens, "
         f"{summary['tokens']['pass_rates'] / t['pass_rates_s']:.0f} tokens/s); continuations: {t['hint_ratio_s']:.0f} s "
-        f"({summary['tokens']['hint_ratio']} new tokens); model load {t['load_s']:.1f} s; total {t['total_s'] / 60:.1f} min",
+        f"({summary['tokens']['hint_ratio']} new tokens); model load {t['load_s']:.1f} s; total {t['total_s'] / 60:.1f} min; "
+        + (f"peak resident memory {t['peak_rss_gb']:.2f} GiB" if t.get("peak_rss_gb") is not None else
+           "peak resident memory not recorded (the samples predate the card's memory record)"),
         f"* machine: {summary['environment']['cpu_count']} CPU cores, {summary['environment']['num_threads']} torch threads, "
         f"load average {summary['environment']['load_start']:.2f} at the start and {summary['environment']['load_end']:.2f} at the end "
         f"(other jobs shared the cores); torch {summary['environment']['torch']}, transformers {summary['environment']['transformers']}",
@@ -548,7 +560,8 @@ def collect_card(cfg: CardConfig, out: Path):
     run = {
         "model_name": name, "model_info": info, "model_folder": str(folder),
         "counts": ev.counts, "hint_counts": hint_counts,
-        "timing": {"load_s": load_s, "pass_rates_s": pass_s, "hint_ratio_s": hint_s, "total_s": time.perf_counter() - t_start},
+        "timing": {"load_s": load_s, "pass_rates_s": pass_s, "hint_ratio_s": hint_s, "total_s": time.perf_counter() - t_start,
+                   "peak_rss_gb": _peak_rss_gb()},
         "environment": {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
                         "cpu_count": os.cpu_count(), "num_threads": torch.get_num_threads(), "load_start": load_start,
                         "load_end": os.getloadavg()[0]},

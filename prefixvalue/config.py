@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from llm_harness.tasks.base import parse_task_params
+from llm_harness.tasks.base import check_task_params, parse_task_params
 from vsr.checks import check_number
 
 __all__ = [
@@ -118,10 +118,7 @@ class StudyConfig:
         for name in ("n_problems", "response_budget", "seed", "chunk_problems", "num_threads"):
             check_number(name, getattr(self, name), 0, limits.get(name), integer=True)
         check_number("max_batch_sequences", self.max_batch_sequences, 1, limits["max_batch_sequences"], integer=True)
-        if isinstance(self.task_params, (str, bytes)) or not isinstance(self.task_params, (tuple, list)):
-            raise ValueError(f"task_params: must be a tuple of 'key=value' strings, got {self.task_params!r}")
-        object.__setattr__(self, "task_params", tuple(self.task_params))
-        parse_task_params(self.task_params)
+        object.__setattr__(self, "task_params", check_task_params(self.task_params))
         lo, hi = float(self.min_difficulty), float(self.max_difficulty)
         if math.isnan(lo) or math.isnan(hi) or lo > hi:
             raise ValueError(f"min_difficulty: must be <= max_difficulty, got [{lo}, {hi}]")

@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 #: ``errno`` values of a full disk or an exhausted quota
@@ -103,28 +103,39 @@ CSV_FLOAT_FORMAT = "%.12g"
 MAX_JSON_BYTES = 256 << 20
 
 
-def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON document in ``path``, read with its size bounded before any memory is spent: a file that is not a
-    regular file (a FIFO, a device, a folder) or is larger than ``max_bytes`` raises ValueError naming it. A missing
-    or unreadable file raises the ``OSError``; bad UTF-8 or bad JSON the ``ValueError`` (``json.JSONDecodeError``
-    carries the line)."""
+def _check_regular(path: str | os.PathLike, st: os.stat_result) -> None:
     import stat
 
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without waiting for a writer
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{os.fspath(path)}: not a regular file")
+
+
+def read_bounded(path: str | os.PathLike, max_bytes: int,
+                 check: Callable[[Any, os.stat_result], None] = _check_regular) -> tuple[bytes, os.stat_result]:
+    """``(bytes, stat)`` of ``path``, opened without blocking (a FIFO opens without waiting for a writer) and
+    ``check(path, stat)``-ed once open (default: a regular file, else ValueError naming it). At most
+    ``max_bytes + 1`` bytes are read, none when the file says it is larger: the caller compares ``len`` and
+    ``st_size`` with ``max_bytes`` and words the refusal."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{os.fspath(path)}: not a regular file")
+        check(path, st)
     except BaseException:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:
-        if st.st_size > max_bytes:
-            raise ValueError(f"{os.fspath(path)}: {st.st_size} bytes, more than the {max_bytes} a JSON file of this "
-                             "toolkit may hold")
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:  # grew while being read
-        raise ValueError(f"{os.fspath(path)}: more than the {max_bytes} bytes a JSON file of this toolkit may hold")
+        return (f.read(max_bytes + 1) if st.st_size <= max_bytes else b""), st
+
+
+def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON document in ``path``, read with its size bounded before any memory is spent
+    (:func:`read_bounded`): a file that is not a regular file (a FIFO, a device, a folder) or is larger than
+    ``max_bytes`` raises ValueError naming it. A missing or unreadable file raises the ``OSError``; bad UTF-8 or bad
+    JSON the ``ValueError`` (``json.JSONDecodeError`` carries the line)."""
+    raw, st = read_bounded(path, max_bytes)
+    if st.st_size > max_bytes or len(raw) > max_bytes:
+        raise ValueError(f"{os.fspath(path)}: {max(st.st_size, len(raw))} bytes, more than the {max_bytes} a JSON "
+                         "file of this toolkit may hold")
     return json.loads(raw.decode("utf-8"))
 
 

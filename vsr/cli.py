@@ -218,7 +218,7 @@ def parse_command(name: str, args: Sequence[str]) -> tuple[Callable, object]:
     import tyro
 
     from vsr.config_io import from_dict, read_mapping
-    from vsr.vocabulary import apply_vocabulary
+    from vsr.vocabulary import apply_vocabulary, task_params_mapping
 
     spec = COMMANDS[name]
     fn = _resolve(spec)
@@ -228,10 +228,8 @@ def parse_command(name: str, args: Sequence[str]) -> tuple[Callable, object]:
     rest, task_params = apply_vocabulary(name, rest, mapping)
     default = from_dict(cfg_type, mapping, where=cfg_path) if cfg_path else None
     if task_params is not None:  # ``--task-params k=v ...`` merged into the config's task.params (vsr.vocabulary)
-        from llm_harness.tasks.base import parse_task_params
-
         base = default if default is not None else cfg_type()
-        task = dataclasses.replace(base.task, params={**base.task.params, **parse_task_params(task_params)})
+        task = dataclasses.replace(base.task, params={**base.task.params, **task_params_mapping(task_params)})
         default = dataclasses.replace(base, task=task)
     rest = normalise_bool_flags(cfg_type, rest)
     return fn, tyro.cli(cfg_type, args=rest, prog=f"vsr {name}", description=spec.help, default=default)

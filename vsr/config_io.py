@@ -25,7 +25,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vsr.atomic import write_text
+from vsr.atomic import read_bounded, write_text
 
 T = TypeVar("T")
 
@@ -116,11 +116,7 @@ def _read_bounded(path: Path) -> bytes:
     """The bytes of config file ``path``: refused when empty or over :data:`MAX_CONFIG_BYTES` (naming its
     size and the limit) before anything is parsed. Opened without blocking, and checked again once open
     (the path may have been replaced by a FIFO since it was looked at)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        _check_is_config_file(path, st)
-        raw = fh.read(MAX_CONFIG_BYTES + 1) if st.st_size <= MAX_CONFIG_BYTES else b""
+    raw, st = read_bounded(path, MAX_CONFIG_BYTES, _check_is_config_file)
     if st.st_size > MAX_CONFIG_BYTES or len(raw) > MAX_CONFIG_BYTES:
         size = max(len(raw), st.st_size)
         raise ValueError(f"config: {path} is {size:,} bytes, over the {MAX_CONFIG_BYTES:,}-byte limit for a config "

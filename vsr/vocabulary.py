@@ -18,12 +18,29 @@ the command runs the model's defaults (the arithmetic ladder and its budgets) an
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["VOCABULARY", "Vocabulary", "apply_vocabulary", "split_task_params"]
+__all__ = ["VOCABULARY", "Vocabulary", "apply_vocabulary", "split_task_params", "task_params_mapping"]
+
+#: what the vocabulary calls above ``vsr``, named as the command table names its targets (``module:function``,
+#: imported when called), so that ``vsr`` itself imports nothing from the packages above it
+_MODEL_DEFAULTS = "llm_harness.models.defaults:model_defaults"
+_PARSE_TASK_PARAMS = "llm_harness.tasks.base:parse_task_params"
+
+
+def _call(target: str, *args: Any) -> Any:
+    module, fn = target.split(":")
+    return getattr(importlib.import_module(module), fn)(*args)
+
+
+def task_params_mapping(items: Sequence[str]) -> dict[str, Any]:
+    """``("seed=1", "n=5")`` -> ``{"seed": 1, "n": 5}`` (``llm_harness.tasks.base.parse_task_params``: values read as
+    YAML scalars, a bad item refused with its index)."""
+    return _call(_PARSE_TASK_PARAMS, tuple(items))
 
 
 @dataclass(frozen=True)
@@ -185,8 +202,6 @@ def apply_vocabulary(name: str, args: Sequence[str], mapping: Mapping[str, Any] 
 
 def _with_model_defaults(name: str, voc: Vocabulary, args: list[str], mapping: Mapping[str, Any] | None,
                          err) -> list[str]:
-    from llm_harness.models.defaults import model_defaults
-
     model = _flag_value(args, voc.model_flag)
     if model is None and name == "eval":
         run_dir = _flag_value(args, "--run-dir") or (mapping or {}).get("run_dir") or ""
@@ -196,7 +211,7 @@ def _with_model_defaults(name: str, voc: Vocabulary, args: list[str], mapping: M
         model = node.get("path") if isinstance(node, Mapping) else node
     if not isinstance(model, str) or not model:
         return args
-    d = model_defaults(model)
+    d = _call(_MODEL_DEFAULTS, model)
     if d is None:
         return args
     quick = _quick(args, mapping)

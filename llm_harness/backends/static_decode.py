@@ -41,7 +41,8 @@ import torch.nn.functional as F
 
 from llm_harness.backends.packed_linear import PackCache, packed_linear
 
-__all__ = ["SUPPORTED_TYPES", "StaticQwen2Decoder", "fused_projections", "qwen2_rms_norm", "rotate_half", "supports"]
+__all__ = ["SUPPORTED_TYPES", "StaticQwen2Decoder", "fused_gate_up", "fused_projections", "fused_qkv", "qwen2_rms_norm",
+           "rotate_half", "supports"]
 
 
 #: decoder families whose layer is the Qwen2 layer up to optional biases: Llama (SmolLM2, ...) is Qwen2 without the
@@ -74,16 +75,25 @@ def supports(model: Any, *, attention: bool = True) -> str | None:
     return None
 
 
-def fused_projections(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``(W_qkv, b_qkv, W_gate_up)``: a Qwen2 layer's q/k/v and gate/up projections as one matrix each
-    (``torch.cat`` of the parameters: under autograd the gradients flow back to them)."""
-    att, mlp = layer.self_attn, layer.mlp
-    projs = (att.q_proj, att.k_proj, att.v_proj)
+def fused_qkv(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(W_qkv, b_qkv)``: a Qwen2 layer's q/k/v projections as one matrix (``torch.cat`` of the parameters: under
+    autograd the gradients flow back to them); the bias ``None`` when no projection has one."""
+    projs = (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
     w_qkv = torch.cat([p.weight for p in projs], 0)
     b_qkv = None
     if any(p.bias is not None for p in projs):
         b_qkv = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in projs])
-    return w_qkv, b_qkv, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0)
+    return w_qkv, b_qkv
+
+
+def fused_gate_up(layer: Any) -> torch.Tensor:
+    """``W_gate_up``: a Qwen2 layer's gate and up projections as one matrix (``torch.cat``, as :func:`fused_qkv`)."""
+    return torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight], 0)
+
+
+def fused_projections(layer: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(W_qkv, b_qkv, W_gate_up)``: :func:`fused_qkv` and :func:`fused_gate_up` of a layer."""
+    return (*fused_qkv(layer), fused_gate_up(layer))
 
 
 def qwen2_rms_norm(norm: Any, x: torch.Tensor) -> torch.Tensor:
@@ -155,15 +165,11 @@ class StaticQwen2Decoder:
         att, mlp = layer.self_attn, layer.mlp
         qkv_src = tuple(t for p in (att.q_proj, att.k_proj, att.v_proj) for t in (p.weight, p.bias))
 
-        def qkv() -> Any:
-            w, b, _ = fused_projections(layer)  # gate/up built too: cheap next to the packing
-            return packed_linear(w, b, dt)
-
-        return (packs.get(("qkv", li), qkv_src, qkv),
+        return (packs.get(("qkv", li), qkv_src, lambda: packed_linear(*fused_qkv(layer), dt)),
                 packs.get(("o", li), (att.o_proj.weight, att.o_proj.bias),
                           lambda: packed_linear(att.o_proj.weight, att.o_proj.bias, dt)),
                 packs.get(("gu", li), (mlp.gate_proj.weight, mlp.up_proj.weight),
-                          lambda: packed_linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0), None, dt)),
+                          lambda: packed_linear(fused_gate_up(layer), None, dt)),
                 packs.get(("down", li), (mlp.down_proj.weight,), lambda: packed_linear(mlp.down_proj.weight, None, dt)))
 
     @classmethod

@@ -80,6 +80,9 @@ class AdviseConfig:
         check_number("min_gain", self.min_gain, 1.0)
         for a in self.alphas:
             check_number("alphas", a, 0, 1, lo_open=True, hi_open=True)
+        from llm_harness.tasks.base import check_task_params
+
+        object.__setattr__(self, "task_params", check_task_params(self.task_params))
 
 
 def _subset(probe: ProbeResult, prompts: np.ndarray) -> ProbeResult:

@@ -137,11 +137,9 @@ class LabConfig:
             from llm_harness.tasks import TASK_REGISTRY
 
             TASK_REGISTRY.check(self.task, where="task")
-        if isinstance(self.task_params, (str, bytes)) or not isinstance(self.task_params, (tuple, list)):
-            raise ValueError(f"task_params: must be a tuple of 'key=value' strings, got {self.task_params!r}")
-        from llm_harness.tasks.base import parse_task_params
+        from llm_harness.tasks.base import check_task_params
 
-        parse_task_params(tuple(self.task_params))
+        object.__setattr__(self, "task_params", check_task_params(self.task_params))
         if self.replay_ages:
             from llm_harness.lab.staleness import check_ages
 

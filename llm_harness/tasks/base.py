@@ -36,6 +36,7 @@ __all__ = [
     "VerifyResult",
     "assign_split",
     "has_chat_template",
+    "check_task_params",
     "parse_task_params",
     "stable_unit_hash",
 ]
@@ -327,3 +328,12 @@ def parse_task_params(items: tuple[str, ...]) -> dict[str, Any]:
         except yaml.YAMLError:
             out[key] = value
     return out
+
+
+def check_task_params(value: Any, field: str = "task_params") -> tuple[str, ...]:
+    """``value`` (a config's ``key=value`` task parameters) as a tuple, every item parsed by
+    :func:`parse_task_params`; ValueError naming ``field`` when it is not a tuple or list of such strings."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise ValueError(f"{field}: must be a tuple of 'key=value' strings, got {value!r}")
+    parse_task_params(tuple(value))
+    return tuple(value)

@@ -505,10 +505,10 @@ class Trainer:
                             here = anchor_rows[cidx][:, None]
                             anchored[cidx, :w] = lp.detach().to(anchored.dtype)
                             if self.bf16:  # the sampler's log-probs are the behaviour policy's: correct for the gap
-                                from llm_harness.trainer.precision import rollout_is_weights
+                                from llm_harness.trainer.precision import tis_weights
 
-                                tw, _ = rollout_is_weights(lp.detach(), old, mb.loss_mask,
-                                                           cfg.run.rollout_is_threshold, rows=anchor_rows[cidx])
+                                tw = tis_weights(lp.detach(), old, mb.loss_mask, cfg.run.rollout_is_threshold,
+                                                 rows=anchor_rows[cidx])
                             old = torch.where(here, lp.detach().to(old.dtype), old)
                         if tw is not None:  # bf16's rollout correction, times any per-sample weight
                             wts = tw if wts is None else wts.to(tw.dtype)[:, None] * tw

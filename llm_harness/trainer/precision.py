@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["PRECISIONS", "autocast", "bf16_support", "rollout_is_weights"]
+__all__ = ["PRECISIONS", "autocast", "bf16_support", "rollout_is_weights", "tis_weights"]
 
 #: values of ``run.precision``
 PRECISIONS = ("float32", "bf16")
@@ -54,14 +54,9 @@ def autocast(device: torch.device | str, enabled: bool) -> Any:
     return bf16_autocast(torch.device(device).type, enabled)
 
 
-def rollout_is_weights(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask: torch.Tensor,
-                       threshold: float, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-level truncated importance weights ``w[B, T]`` (module doc) and the gap's metrics.
-
-    ``train_lp[B, T]``: log π_old under the training pass; ``behaviour_lp[B, T]``: the sampler's; ``mask[B, T]``:
-    trained tokens; ``rows[B]`` (bool): the rows to correct (others get weight 1). Metrics over the corrected
-    trained tokens: ``mismatch_logp_mean`` / ``mismatch_logp_p99`` (|Δ log p|), ``tis_weight_mean``,
-    ``tis_truncated_frac`` (weights cut at the threshold)."""
+def _log_gap(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask: torch.Tensor, threshold: float,
+             rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(delta, sel)``: the clamped ``log π_train − log π_behaviour`` (float32 at least) and the corrected tokens."""
     if train_lp.shape != behaviour_lp.shape or mask.shape != train_lp.shape:
         raise ValueError(f"train_lp {tuple(train_lp.shape)}, behaviour_lp {tuple(behaviour_lp.shape)} and mask "
                          f"{tuple(mask.shape)} must have one shape")
@@ -71,10 +66,33 @@ def rollout_is_weights(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask:
         rows = torch.ones(train_lp.shape[0], dtype=torch.bool, device=train_lp.device)
     dtype = torch.promote_types(train_lp.dtype, torch.float32)  # float32 at least, float64 kept
     delta = (train_lp.to(dtype) - behaviour_lp.to(dtype)).clamp(-_LOG_BOUND, _LOG_BOUND)
+    return delta, (mask > 0) & rows[:, None]
+
+
+def _truncate(delta: torch.Tensor, sel: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, raw)``: the weights ``min(exp(delta), C)`` on the corrected tokens (1 elsewhere) and ``exp(delta)``."""
     raw = torch.exp(delta)
-    w = raw.clamp(max=float(threshold))
-    sel = (mask > 0) & rows[:, None]
-    w = torch.where(sel, w, torch.ones_like(w))
+    w = torch.where(sel, raw.clamp(max=float(threshold)), torch.ones_like(raw))
+    return w.detach(), raw
+
+
+def tis_weights(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask: torch.Tensor, threshold: float,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The truncated importance weights of :func:`rollout_is_weights` alone (no metrics: no host sync), for a
+    part of a batch (the in-pass anchor computes them micro-batch by micro-batch)."""
+    return _truncate(*_log_gap(train_lp, behaviour_lp, mask, threshold, rows), threshold)[0]
+
+
+def rollout_is_weights(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask: torch.Tensor,
+                       threshold: float, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level truncated importance weights ``w[B, T]`` (module doc) and the gap's metrics.
+
+    ``train_lp[B, T]``: log π_old under the training pass; ``behaviour_lp[B, T]``: the sampler's; ``mask[B, T]``:
+    trained tokens; ``rows[B]`` (bool): the rows to correct (others get weight 1). Metrics over the corrected
+    trained tokens: ``mismatch_logp_mean`` / ``mismatch_logp_p99`` (|Δ log p|), ``tis_weight_mean``,
+    ``tis_truncated_frac`` (weights cut at the threshold)."""
+    delta, sel = _log_gap(train_lp, behaviour_lp, mask, threshold, rows)
+    w, raw = _truncate(delta, sel, threshold)
     gap = delta.abs()[sel]
     m: dict[str, float] = {}
     if gap.numel():
@@ -82,7 +100,7 @@ def rollout_is_weights(train_lp: torch.Tensor, behaviour_lp: torch.Tensor, mask:
              "mismatch_logp_p99": float(torch.quantile(gap.double(), 0.99)),
              "tis_weight_mean": float(w[sel].mean()),
              "tis_truncated_frac": float((raw[sel] > threshold).float().mean())}
-    return w.detach(), m
+    return w, m
 
 
 def effective_bf16(precision: str, device: Any) -> tuple[bool, str | None]:

@@ -139,7 +139,7 @@ def test_agent_configs_are_the_papers_settings():
         g = load(name)
         assert (g.model.path, g.model.backend, g.rollout.prompts_per_step, g.rollout.group_size, g.optim.lr, g.agent.turn_tokens) == \
                ("Qwen/Qwen2.5-1.5B-Instruct", "vllm", 32, 8, 1e-6, 256)
-        # the GPU recipes' precision: bf16 sampling and loss on float32 master weights (issue 49 item 4)
+        # the GPU recipes' precision: bf16 sampling and loss on float32 master weights
         assert (g.model.dtype, g.run.precision) == ("float32", "bf16")
     assert load("agent_sokoban_vsr_gigpo_gpu.yaml").plugins == vsr.plugins
 
