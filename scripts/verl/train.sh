@@ -9,14 +9,17 @@
 #      DATA (folder with train.parquet / val.parquet from make_data.py; VSR needs --agent vsr_prefix),
 #      OUT (checkpoints and logs), STEPS (default 150), GPUS (default 1), B (prompts per step, 64),
 #      N (samples per prompt, 8), RESP (max response tokens, 1024), PROMPT_LEN (512),
+#      MICRO (rows per forward/backward pass of the actor and the log-prob passes, 8; verl requires it),
 #      TURN_TOKENS (agents: reply budget per turn, 256), MB (PPO mini-batch in prompts; default B, B/2 for replay methods so that r = 0.5 of a batch is a whole mini-batch);
+#      DEVICE (gpu, the default, or cpu: verl's own trainer on the CPU with the overrides of scripts/verl/cpu.overrides
+#      after the recipe's lines, and VERL_PLATFORM=cpu; for a test-sized model and batch),
 #      DRY_RUN=1 prints the Hydra overrides one per line instead of running (the tests compose them).
 set -euo pipefail
 METHOD="${1:?usage: scripts/verl/train.sh METHOD [overrides...]}"
 shift
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${MODEL:?set MODEL to a local model folder}" "${DATA:?set DATA to the make_data.py folder}" "${OUT:?set OUT}"
-STEPS="${STEPS:-150}" GPUS="${GPUS:-1}" B="${B:-64}" N="${N:-8}" RESP="${RESP:-1024}" PROMPT_LEN="${PROMPT_LEN:-512}"
+STEPS="${STEPS:-150}" GPUS="${GPUS:-1}" B="${B:-64}" N="${N:-8}" RESP="${RESP:-1024}" PROMPT_LEN="${PROMPT_LEN:-512}" MICRO="${MICRO:-8}"
 
 case "$METHOD" in
   grpo)      M=(algorithm.adv_estimator=grpo) ;;
@@ -58,7 +61,8 @@ ARGS=(
   actor_rollout_ref.model.path="$MODEL" \
   actor_rollout_ref.actor.ppo_mini_batch_size="$MB" actor_rollout_ref.actor.optim.lr=1e-6 \
   actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.clip_ratio_low=0.2 actor_rollout_ref.actor.clip_ratio_high=0.28 \
-  actor_rollout_ref.actor.loss_agg_mode=token-mean \
+  actor_rollout_ref.actor.loss_agg_mode=token-mean actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO" \
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO" actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$MICRO" \
   actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n="$N" actor_rollout_ref.rollout.calculate_log_probs=True \
   actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
   reward.custom_reward_function.path="$ROOT/scripts/verl/reward.py" reward.custom_reward_function.name=compute_score \
@@ -66,8 +70,17 @@ ARGS=(
   trainer.n_gpus_per_node="$GPUS" trainer.nnodes=1 trainer.total_training_steps="$STEPS" \
   trainer.logger='[console]' trainer.default_local_dir="$OUT/checkpoints" trainer.project_name=vsr \
   trainer.experiment_name="$METHOD" trainer.val_before_train=False trainer.test_freq=25 trainer.save_freq=-1 \
-  "${M[@]}" "$@"
+  "${M[@]}"
 )
+case "${DEVICE:-gpu}" in
+  gpu) ;;
+  cpu)  # appended after the recipe's lines: Hydra keeps the last value of a key
+    mapfile -t CPU < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$ROOT/scripts/verl/cpu.overrides")
+    ARGS+=("${CPU[@]}")
+    export VERL_PLATFORM=cpu ;;
+  *) echo "train.sh: DEVICE must be gpu or cpu, got '$DEVICE'" >&2; exit 2 ;;
+esac
+ARGS+=("$@")  # the caller's overrides last
 if [ "${DRY_RUN:-0}" = 1 ]; then printf '%s\n' "${ARGS[@]}"; exit 0; fi
 mkdir -p "$OUT"
 exec "${PYTHON:-python3}" -m verl.trainer.main_ppo "${ARGS[@]}"

@@ -60,7 +60,7 @@ def weight_versions(first: Any, last: Any) -> dict[str, Any]:
 
 
 def _vsr_params(config: Any) -> dict[str, Any]:
-    """``algorithm.vsr.prefix`` of a verl config (the fields of ``VSRConfig``; empty: VSR off), parsed by
+    """``algorithm.vsr.prefix`` of a verl config (the fields of ``VSRConfig``; empty: its defaults; ``rho: 0``: every sample from its own prompt), parsed by
     :func:`~llm_harness.integrations.verl.estimators.vsr_params` (unknown ``algorithm.vsr`` keys refused)."""
     from llm_harness.integrations.verl.estimators import vsr_params
 

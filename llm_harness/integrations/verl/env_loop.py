@@ -29,7 +29,7 @@ Departures from the toolkit's multi-turn collector, forced by verl's one-row-per
 within an episode each turn continues the *whole* interaction (verl's multi-turn format: replies and
 feedback interleaved in one response) instead of re-rendering a windowed prompt, so the history
 window applies to the restored history only; an episode that would overflow
-``rollout.response_length`` ends there (``vsr_truncated``, counted a failure). Untested here: the
+``rollout.response_length`` (or the server's context, ``max_model_len``: prompt + interaction) ends there (``vsr_truncated``, counted a failure). Untested here: the
 chat-template feedback path (the test bed has no chat template; the GPU recipes' instruct models do).
 """
 
@@ -95,6 +95,9 @@ class VSREnvAgentLoop(AgentLoopBase):
         from llm_harness.trainer.modeling import Codec
 
         self.response_length = int(self.rollout_config.response_length)
+        # the server's context bound (vLLM's max_model_len; the same default): prompt + interaction must fit in it
+        self.max_model_len = int(getattr(self.rollout_config, "max_model_len", None)
+                                 or int(self.rollout_config.prompt_length) + self.response_length)
         self.agent = _agent_params(self.config)
         vsr = _vsr_params(self.config)
         if not self.uses_buffer:
@@ -154,8 +157,9 @@ class VSREnvAgentLoop(AgentLoopBase):
         played, ends = [], []
         eos = self.tokenizer.eos_token_id
         truncated, has_lps, first, last = False, True, None, None
+        limit = min(self.response_length, self.max_model_len - len(prompt_ids))  # the interaction's length bound
         while True:
-            room = self.response_length - len(response)
+            room = limit - len(response)
             if room < 1:
                 truncated = True
                 break
@@ -184,7 +188,7 @@ class VSREnvAgentLoop(AgentLoopBase):
             if done or (self.agent["max_turns"] and len(played) >= self.agent["max_turns"]):
                 break
             fb = list(self.codec.encode(feedback_text(obs, tok)))
-            if len(response) + len(fb) >= self.response_length:
+            if len(response) + len(fb) >= limit:
                 truncated = True
                 break
             response += fb

@@ -72,6 +72,10 @@ class GroupParams:
     replay: Mapping[str, Any] = field(default_factory=dict)
     """``algorithm.vsr.replay.*`` (:class:`~llm_harness.methods.replay.ReplayConfig`), read by the ``vsr_sync``
     trainer's rollout-level replay (:mod:`.rollout_replay`); empty: replay off."""
+    audit_dir: str = ""
+    """A folder where the ``vsr_sync`` trainer writes, per step, the rows its actor update trains on (uid,
+    reward, mask, advantages, tags, the agent loop's fields) and the VSR buffer's summary
+    (:func:`~llm_harness.integrations.verl.trainer.audit_rows`); empty: nothing written."""
 
 
 @dataclass(frozen=True)

@@ -185,10 +185,19 @@ class PrefixBuffer:
                 "history": list(self.history), "warnings": list(self.warnings)}
 
 
+#: this process's handle of the buffer actor: a named actor that is not detached lives while some handle
+#: does, and verl builds an agent loop per sample, so the first handle is kept for the process's lifetime
+_HANDLES: dict[str, Any] = {}
+
+
 def buffer_actor(params: Mapping[str, Any], **kwargs: Any) -> Any:
     """The shared :class:`PrefixBuffer` Ray actor: created by the first caller in the Ray namespace
-    (with its ``params``), looked up by name by every later one; calls run one at a time."""
+    (with its ``params``), looked up by name by every later one; calls run one at a time. The handle
+    is kept by this process (:data:`_HANDLES`), so the actor outlives the agent loop that made it."""
     import ray
 
-    cls = ray.remote(num_cpus=0)(PrefixBuffer)
-    return cls.options(name=ACTOR_NAME, get_if_exists=True, max_concurrency=1).remote(dict(params), **kwargs)
+    key = f"{ray.get_runtime_context().namespace}/{ACTOR_NAME}"
+    if key not in _HANDLES:
+        cls = ray.remote(num_cpus=0)(PrefixBuffer)
+        _HANDLES[key] = cls.options(name=ACTOR_NAME, get_if_exists=True, max_concurrency=1).remote(dict(params), **kwargs)
+    return _HANDLES[key]

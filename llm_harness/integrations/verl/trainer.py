@@ -23,9 +23,11 @@ the step's own rows (``_compute_metrics``). Any estimator composes with it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.protocol import DataProto
@@ -40,7 +42,7 @@ from verl.workers.utils.padding import response_to_nested
 from llm_harness.integrations.verl.estimators import ESTIMATORS, vsr_params as _vsr_params
 from llm_harness.integrations.verl.rollout_replay import KEY, PER_SAMPLE, VerlReplay, row_dicts
 
-__all__ = ["REGISTERED", "VSRSyncTrainer", "estimator_inputs"]
+__all__ = ["REGISTERED", "VSRSyncTrainer", "audit_rows", "estimator_inputs"]
 
 MODE = "vsr_sync"
 REGISTERED = (MODE,)
@@ -66,6 +68,51 @@ def estimator_inputs(needs: tuple[str, ...], rows: Any) -> dict[str, np.ndarray]
                 raise ValueError(f"{MODE}: the agent loop wrote no extra_fields[{k!r}] for some rows")
             arr[:] = vals
         out[k] = arr
+    return out
+
+
+#: the fields of a row the audit records (``extra_fields`` too where the agent loop wrote them)
+AUDIT_FIELDS = ["uid", "prompts", "responses", "response_mask", "rm_scores", "advantages", "old_log_probs"]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.tolist()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _listed(v: Any) -> list:
+    """A non-tensor column of fetched rows as a list (TensorDict's stacks have ``tolist``; others iterate)."""
+    return v.tolist() if hasattr(v, "tolist") else list(v)
+
+
+def audit_rows(rows: Any, keys: list[str], tags: list[dict]) -> list[dict[str, Any]]:
+    """Plain records of fetched TransferQueue rows (``AUDIT_FIELDS`` as nested tensors, ``extra_fields`` dicts):
+    ``key``, ``tags``, ``uid``, ``prompt_ids``, ``response_ids``, ``response_mask``, ``reward`` (Σ rm_scores),
+    ``advantages`` and ``old_log_probs`` (per response token) and ``extra`` (the agent loop's fields)."""
+    names = {"prompts": "prompt_ids", "responses": "response_ids"}
+    cols: dict[str, list] = {}
+    for f in AUDIT_FIELDS:
+        if f in rows.keys():
+            v = rows[f]
+            cols[names.get(f, f)] = [x.tolist() for x in v.unbind(0)] if isinstance(v, torch.Tensor) else _listed(v)
+    extra = _listed(rows["extra_fields"]) if "extra_fields" in rows.keys() else [None] * len(keys)
+    out = []
+    for i, key in enumerate(keys):
+        rec = {"key": key, "tags": _plain(dict(tags[i]))}
+        rec.update({k: _plain(v[i]) for k, v in cols.items()})
+        if "rm_scores" in rec:
+            rec["reward"] = float(sum(rec.pop("rm_scores")))
+        rec["extra"] = _plain(extra[i]) if isinstance(extra[i], dict) else {}
+        out.append(rec)
     return out
 
 
@@ -97,7 +144,33 @@ class VSRSyncTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         batch = self._estimate(batch, metrics)
         replay = self._replay()
-        return batch if replay is None else self._replay_stage(replay, batch, metrics)
+        batch = batch if replay is None else self._replay_stage(replay, batch, metrics)
+        audit = _vsr_params(self.config.algorithm).audit_dir
+        if audit:
+            self._audit(Path(audit), batch)
+        return batch
+
+    def _audit(self, folder: Path, batch) -> None:
+        """``algorithm.vsr.audit_dir``: this step's trained rows and the VSR buffer's summary as
+        ``step_<global step>.json`` (written atomically; the rows are read back from TransferQueue)."""
+        import ray
+
+        from llm_harness.integrations.verl.prefix_buffer import ACTOR_NAME
+        from vsr.atomic import json_safe, write_json
+
+        tq = trainer_base.tq
+        try:
+            rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=AUDIT_FIELDS + ["extra_fields"])
+        except Exception:  # no agent loop wrote extra_fields
+            rows = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=AUDIT_FIELDS)
+        out = {"global_step": int(self.global_steps), "adv_estimator": str(self.config.algorithm.adv_estimator),
+               "rows": audit_rows(rows, list(batch.keys), list(batch.tags)), "prefix_buffer": None}
+        try:
+            out["prefix_buffer"] = ray.get(ray.get_actor(ACTOR_NAME).summary.remote())
+        except ValueError:  # no VSR agent loop in this run
+            pass
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / f"step_{int(self.global_steps)}.json", json_safe(out))
 
     # ---------------------------------------------------------------- rollout-level replay
 

@@ -56,9 +56,9 @@ def tok():
     return load_testbed(CHECKPOINT_DIR / "sokoban" / "mid")[1]
 
 
-def config(response_length: int = 2048, **prefix):
+def config(response_length: int = 2048, prompt_length: int = 1024, **prefix):
     return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {"response_length": response_length, "prompt_length": 1024, "n": N}},
+        "actor_rollout_ref": {"rollout": {"response_length": response_length, "prompt_length": prompt_length, "n": N}},
         "data": {"train_batch_size": B, "seed": 0},
         "algorithm": {"vsr": {"prefix": prefix, "agent": {"turn_tokens": 8, "max_turns": 0}}},
     })
@@ -164,6 +164,15 @@ def test_long_episodes_stop_at_the_response_length(tok):
     outs = [o for g in play(make_loop(config(response_length=40), tok, q=0.0), 1, [10008]).values() for o in g]
     for o in outs:
         assert len(o.response_ids) < 40
+    assert any(o.extra_fields["vsr_truncated"] == 1.0 and o.extra_fields["vsr_success"] == 0.0 for o in outs)
+
+
+def test_long_episodes_stop_at_the_servers_context(tok):
+    """Prompt + interaction stay within the server's context (``max_model_len`` = prompt + response length) when the
+    env's prompt is longer than ``prompt_length``: the first launch in verl's loop asked the server for more."""
+    P = len(next(iter(play(make_loop(config(), tok, q=1.0), 1, [10008]).values()))[0].prompt_ids)
+    outs = [o for g in play(make_loop(config(response_length=400, prompt_length=P - 300), tok, q=0.0), 1, [10008]).values() for o in g]
+    assert all(len(o.prompt_ids) == P and len(o.response_ids) <= 100 for o in outs)  # the context (P + 100), not the response (400)
     assert any(o.extra_fields["vsr_truncated"] == 1.0 and o.extra_fields["vsr_success"] == 0.0 for o in outs)
 
 

@@ -111,6 +111,34 @@ def test_every_methods_overrides_compose_with_verls_config(data, method):
         assert (0.5 * cfg.data.train_batch_size * n) % (mb * n) == 0
 
 
+def test_the_recipe_builds_verls_worker_configs(data):
+    """The overrides instantiate verl's actor and rollout dataclasses (verl checks micro-batch sizes there,
+    not when composing): the recipe once left the micro-batch unset and failed on its first launch."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(data / "plain"), "OUT": "/tmp/unused", "PYTHON": sys.executable}
+    out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "grpo"], env=env, capture_output=True, text=True)
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=out.stdout.split())
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert actor.ppo_micro_batch_size_per_gpu == 8 and omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout).name == "vllm"
+
+
+def test_cpu_device_appends_the_cpu_overrides_after_the_recipe(data):
+    env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(data / "plain"), "OUT": "/tmp/unused", "PYTHON": sys.executable}
+    gpu = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "grpo"], env=env, capture_output=True, text=True).stdout.split()
+    cpu = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "grpo", "trainer.total_training_steps=7"],
+                         env={**env, "DEVICE": "cpu"}, capture_output=True, text=True).stdout.split()
+    listed = [ln.split("#")[0].strip() for ln in (ROOT / "scripts/verl/cpu.overrides").read_text().splitlines()]
+    listed = [ln for ln in listed if ln]
+    assert cpu == gpu + listed + ["trainer.total_training_steps=7"]  # the recipe, then the CPU lines, then the caller's
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=cpu)
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "vsr_hf" and cfg.trainer.total_training_steps == 7
+    bad = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "grpo"], env={**env, "DEVICE": "tpu"}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "DEVICE must be gpu or cpu" in bad.stderr
+
+
 def test_agent_methods_refuse_data_without_the_env_loop(data):
     env = {**os.environ, "DRY_RUN": "1", "MODEL": "/m", "DATA": str(data / "plain"), "OUT": "/tmp/unused", "PYTHON": sys.executable}
     out = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), "vsr_gigpo"], env=env, capture_output=True, text=True)
