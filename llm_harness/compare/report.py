@@ -14,6 +14,10 @@ one object per (regime, method) with ``name``, ``regime``, ``final_avg``, ``ci_l
 ``delta_vs_grpo``, ``delta_ci_low``, ``delta_ci_high`` (vs the suite's reference), ``p``, ``p_holm``,
 ``power``, ``seeds_for_80``, ``new_tokens_per_update`` and more; ``regimes`` holds every per-seed
 number behind them. Suites add report sections through :data:`SECTIONS`.
+
+With ``timings_apart`` (:class:`llm_harness.compare.jobs.CompareConfig`) the wall-clock numbers
+(:data:`TIMING_FIELDS` and the invocation's training time) go to ``timings.json`` beside the report instead: the
+report and the summary then hold only what the runs' seeds determine.
 """
 
 from __future__ import annotations
@@ -31,9 +35,12 @@ from llm_harness.compare.sections import load_sections
 from llm_harness.compare.stats import seed_interval
 from llm_harness.compare.suite import SUITES
 from theory.metrics.paired import holm, paired_contrast, paired_power, seeds_for_power
-from vsr.atomic import json_safe, write_json, write_text
+from vsr.atomic import TIMINGS_FILE, json_safe, split_fields, write_json, write_text
 
-__all__ = ["write_report"]
+__all__ = ["TIMING_FIELDS", "write_report"]
+
+#: the summary's wall-clock fields (per method and per seed): ``timings.json`` holds them with ``timings_apart``
+TIMING_FIELDS = frozenset({"wall_s", "step_s", "plugin_s", "step_ratio", "plugin_overhead_s"})
 
 def _verdict(mean: float, p_adj: float) -> str:
     if not np.isfinite(p_adj):
@@ -94,19 +101,21 @@ def _records(cfg: Any, reg: dict, suite: Any) -> list[dict[str, Any]]:
     return records
 
 
-def _table(cfg: Any, regime: str, reg: dict, suite: Any) -> tuple[list[str], list[dict[str, Any]]]:
+def _table(cfg: Any, regime: str, reg: dict, suite: Any, timed: bool = True) -> tuple[list[str], list[dict[str, Any]]]:
+    """The regime's table; ``timed``: with the step and plug-in seconds columns."""
     k = cfg.sizes["eval_k"]
     lines = [
         f"| method | avg@1 % [95% CI] | pass@{k} % [95% CI] | Δ avg@1 vs {ref_name(suite)} (pp) [CI] | p (Holm) | verdict "
         f"| power at {100 * suite.min_effect:.0f} pp | new tokens / update | × {ref_name(suite)} | prompt instances / update "
-        "| mixed groups: fresh / prefix | train reward | step s | plug-in s / step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| mixed groups: fresh / prefix | train reward |" + (" step s | plug-in s / step |" if timed else ""),
+        "|" + "---|" * (14 if timed else 12),
     ]
     base = reg["base"]
     if base:
         b_avg = seed_interval([v["avg"] for v in base.values()])
         b_pass = seed_interval([v["pass"] for v in base.values()])
-        lines.append(f"| starting checkpoint (no training) | {fmt_interval(*b_avg)} | {fmt_interval(*b_pass)} | | | | | | | | | | | |")
+        lines.append(f"| starting checkpoint (no training) | {fmt_interval(*b_avg)} | {fmt_interval(*b_pass)} |"
+                     + " |" * (11 if timed else 9))
     records = _records(cfg, reg, suite)
     for rec in records:
         is_ref = rec["method"] == suite.reference
@@ -118,7 +127,8 @@ def _table(cfg: Any, regime: str, reg: dict, suite: Any) -> tuple[list[str], lis
         lines.append(
             f"| {label} ({rec['n_seeds']} seeds) | {fmt_interval(*rec['avg'])} | {fmt_interval(*rec['pass'])} | {d_txt} | {p_txt} | "
             f"{rec['verdict']} | {pw} | {rec['tokens']:.0f} | {rec['tokens_ratio']:.2f} | {rec['instances']:.1f} | "
-            f"{rec['mixed_fresh']:.2f} / {mp_txt} | {rec['reward']:.3f} | {rec['step_s']:.2f} | {rec['plugin_s']:.3f} |"
+            f"{rec['mixed_fresh']:.2f} / {mp_txt} | {rec['reward']:.3f} |"
+            + (f" {rec['step_s']:.2f} | {rec['plugin_s']:.3f} |" if timed else "")
         )
     return lines, records
 
@@ -189,15 +199,33 @@ def _contract(cfg: Any, suite: Any, records_all: dict[str, list[dict[str, Any]]]
     return out
 
 
+def _overhead_lines(records_all: dict[str, list[dict[str, Any]]], suite: Any) -> list[str]:
+    """The per-step plug-in overhead section: wall-clock numbers only."""
+    lines = [f"## Per-step plug-in overhead vs {ref_name(suite)}", "",
+             "Wall time spent inside plug-in calls per step (claim/refill/shape/keep/compose/after_step, including an "
+             "oracle's Monte-Carlo generation and ExTra's embedding and entropy scoring), minus the reference's (its "
+             "fresh-prompt source), and the whole step time relative to the reference's (which also reflects different "
+             "amounts of generation). Wall time per arm is the sum over its seeds' runs.", "",
+             f"| regime | method | plug-in s / step over {ref_name(suite)} | step time x {ref_name(suite)} | wall min (all seeds) |",
+             "|---|---|---|---|---|"]
+    for reg, recs in records_all.items():
+        for r in recs:
+            lines.append(f"| {reg} | {r['label'].replace('|', chr(92) + '|')} | "
+                         + ("" if r["method"] == suite.reference else f"{r['plugin_overhead_s']:+.3f}")
+                         + f" | {r['step_ratio']:.2f} | {r['wall_s'] / 60:.1f} |")
+    return lines + [""]
+
+
 def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = None,
                  missing: Sequence[Any] = ()) -> Path:
     """Write ``report.md``, ``summary.json`` and the figures into ``cfg.report_dir`` from ``jobs``, the finished
     runs (:func:`llm_harness.compare.runner.run` passes those whose ``done.json`` matches); returns the report path.
     ``missing``: planned runs without a finished result (failed or not run), listed at the top of the report and
-    in ``summary.json``."""
+    in ``summary.json``. With ``cfg.timings_apart`` the wall-clock numbers go to ``timings.json`` (module doc)."""
     import torch
 
     suite = SUITES[cfg.suite]
+    timed = not getattr(cfg, "timings_apart", False)
     out = Path(cfg.report_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(cfg, jobs)
@@ -226,7 +254,9 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         "and evaluation seed); p is the paired t-test, Holm-adjusted over the contrast family in parentheses; "
         "'better'/'worse' means Holm-adjusted p < 0.05.",
         f"Machine: {platform.machine()}, {platform.system()}, torch {torch.__version__}, one torch thread per run"
-        + (f"; training wall time of this invocation {train_wall_s / 60:.1f} min." if train_wall_s else "."),
+        + ((f"; training wall time of this invocation {train_wall_s / 60:.1f} min." if train_wall_s else ".") if timed
+           else f"; wall-clock numbers (step and plug-in seconds, wall time) in `{TIMINGS_FILE}` beside this report "
+                "(not committed: they differ on every run)."),
         "",
     ]
     missing_keys = [f"{j.regime}/{j.method}/seed{j.seed}" for j in missing]
@@ -240,7 +270,7 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
         rs = cfg.sizes_for(regime.name)  # the samples actually drawn, not a number written in the description
         lines += [f"## Regime `{regime.name}`: {regime.description}; held-out evaluation as run: "
                   f"{rs['eval_problems']} problems x {rs['eval_k']} samples", ""]
-        tab, recs = _table(cfg, regime.name, summary[regime.name], suite)
+        tab, recs = _table(cfg, regime.name, summary[regime.name], suite, timed)
         records_all[regime.name] = recs
         lines += tab + [""]
         better = [r["label"] for r in recs if r["verdict"] == "better"]
@@ -267,19 +297,8 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
                 lines.append(f"{r['label']} generates {r['tokens_ratio']:.2f}x {ref_name(suite)}'s new tokens per update in "
                              f"this regime ({claims[r['method']]}).")
         lines += [""] + _power_lines(recs, suite)
-    lines += [f"## Per-step plug-in overhead vs {ref_name(suite)}", "",
-              "Wall time spent inside plug-in calls per step (claim/refill/shape/keep/compose/after_step, including an "
-              "oracle's Monte-Carlo generation and ExTra's embedding and entropy scoring), minus the reference's (its "
-              "fresh-prompt source), and the whole step time relative to the reference's (which also reflects different "
-              "amounts of generation). Wall time per arm is the sum over its seeds' runs.", "",
-              f"| regime | method | plug-in s / step over {ref_name(suite)} | step time x {ref_name(suite)} | wall min (all seeds) |",
-              "|---|---|---|---|---|"]
-    for reg, recs in records_all.items():
-        for r in recs:
-            lines.append(f"| {reg} | {r['label'].replace('|', chr(92) + '|')} | "
-                         + ("" if r["method"] == suite.reference else f"{r['plugin_overhead_s']:+.3f}")
-                         + f" | {r['step_ratio']:.2f} | {r['wall_s'] / 60:.1f} |")
-    lines.append("")
+    if timed:
+        lines += _overhead_lines(records_all, suite)
     sections = load_sections()
     for name in suite.sections:
         lines += sections.lookup(name, "report section")(cfg, jobs, summary, suite, out)
@@ -295,5 +314,9 @@ def write_report(cfg: Any, jobs: Sequence[Any], *, train_wall_s: float | None = 
            "regimes": summary, "records": records_all}
     if missing_keys:
         doc["missing"] = missing_keys
-    write_json(out / "summary.json", json_safe(doc))
+    doc = json_safe(doc)
+    if not timed:
+        doc, timings = split_fields(doc, TIMING_FIELDS, ids=("name", "regime", "method"))
+        write_json(out / TIMINGS_FILE, {"train_wall_s": train_wall_s, **(timings or {})})
+    write_json(out / "summary.json", doc)
     return out / "report.md"

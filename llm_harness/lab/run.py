@@ -640,8 +640,12 @@ def _b3_check(b: dict[str, Any]) -> str:
 
 
 def render_report(s: dict[str, Any]) -> str:
-    """Markdown: the probe, then one row per allocation: predicted gain (B.4, B.3) vs realised, and the terms."""
+    """Markdown: the probe, then one row per allocation: predicted gain (B.4, B.3) vs realised, and the terms; the
+    seconds per batch when the summary holds them (not after :func:`split_timings`)."""
+    from vsr.atomic import TIMINGS_FILE
+
     c, p = s["config"], s["probe"]
+    timed = all("sampling_s" in r["cost"] for r in s["allocations"])
     lines = [
         "# Allocation lab: predicted vs realised gradient signal per generated token", "",
         f"Model `{c['model'] or 'as in the training config'}`, training config `{c['train_config']}`, {p['prompts']} prompts and "
@@ -673,8 +677,8 @@ def render_report(s: dict[str, Any]) -> str:
         "per unit step along E g.", "",
         "| allocation | predicted (B.4) | predicted (B.3) | predicted (B.3 + dup) | realised: variance, signal from theory "
         "| realised: pool direction | realised: held-out direction | realised: full SNR | signal² | pred/real tr Var "
-        "| cos pool | Δ held-out | tokens / batch | s / batch (sample + grad) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| cos pool | Δ held-out | tokens / batch |" + (" s / batch (sample + grad) |" if timed else ""),
+        "|" + " --- |" * (14 if timed else 13),
     ]
     for r in s["allocations"]:
         st, pr, g = r["stats"], r["predicted"], r["realised_gains"]
@@ -687,15 +691,16 @@ def render_report(s: dict[str, Any]) -> str:
         vr = None if not vr else " / ".join(_num(vr.get(k)) for k in ("b3", "b3d") if k in vr)
         cost = r["cost"]
         nb = max(1, r["batches"])
-        per = (cost["sampling_s"] + cost["gradient_s"]) / nb
         lines.append(
             f"| `{r['name']}` | {b4} | {b3} | {b3d} | {_fmt(g.get('variance'))}{'*' if (g.get('variance') or {}).get('signal_from') == 'assumption S' else ''} | "
             f"{_fmt(g['aligned_pool'])} | {_fmt(g['aligned_heldout'])} | "
             f"{_fmt(g['full_snr'])} | {_fmt(r['signal_sq_ratio'])} | {'—' if vr is None else vr} | "
-            f"{_fmt(st['cos:pool'])} | {_fmt(st['dot:heldout'], '.3g')} | {st['tokens']['value']:.0f} | "
-            f"{per:.2f} ({cost['sampling_s'] / nb:.2f} + {cost['gradient_s'] / nb:.2f}) |")
+            f"{_fmt(st['cos:pool'])} | {_fmt(st['dot:heldout'], '.3g')} | {st['tokens']['value']:.0f} |"
+            + (f" {(cost['sampling_s'] + cost['gradient_s']) / nb:.2f} ({cost['sampling_s'] / nb:.2f} + "
+               f"{cost['gradient_s'] / nb:.2f}) |" if timed else ""))
     lines += ["", "\\* biased allocation: E g is not a multiple of ∇J; its predicted signal rests on Assumption S "
-              "(the realised signal² and cosines test it).  — : ExTra's shaped advantages, no prediction.", ""]
+              "(the realised signal² and cosines test it).  — : ExTra's shaped advantages, no prediction."
+              + ("" if timed else f" Seconds per batch: `{TIMINGS_FILE}` beside this report (not committed)."), ""]
     if s.get("replay"):
         lines += _replay_lines(s["replay"])
     return "\n".join(lines)
@@ -723,7 +728,7 @@ def _replay_lines(r: dict[str, Any]) -> list[str]:
                      f"| {_num(row['cos'])} | {_num(row['bias_sq_rel'])} | {_num(row['trvar'], '.3g')} | {_num(row['tokens'], '.0f')} | "
                      f"{_num(c.get('log_weight_abs_mean'), '.3f') if c.get('log_weight_abs_mean') is not None else '—'} | "
                      f"{_num(c.get('weight_ess_frac')) if c.get('weight_ess_frac') is not None else '—'} | "
-                     + (f"{(c.get('sampling_s', 0) + c.get('gradient_s', 0)):.0f} s total |" if c else "— |"))
+                     + (f"{(c.get('sampling_s', 0) + c.get('gradient_s', 0)):.0f} s total |" if "sampling_s" in c else "— |"))
     return lines + [""]
 
 
@@ -775,12 +780,30 @@ def lab_command(cfg: LabConfig) -> int:
     return 0
 
 
+#: the wall-clock fields of a lab summary (the probe's, each allocation's and the replay step's costs, the whole run's)
+TIMING_FIELDS = frozenset({"wall_s", "sampling_s", "gradient_s", "pools_and_updates_s", "time_step_s"})
+
+
+def split_timings(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(summary, timings)``: the summary ``s`` without :data:`TIMING_FIELDS` (its :func:`render_report` then has no
+    seconds column), and those fields alone, each allocation's with its name."""
+    from vsr.atomic import split_fields
+
+    kept, timings = split_fields(s, TIMING_FIELDS, ids=("name",))
+    return kept, timings or {}
+
+
 def make_lab_figure(out_dir: Path, quick: bool) -> int:
     """``make figures``' small lab: the test bed's ``mid`` checkpoint on the normal split, four allocations, small
     batches (a few minutes on 2 cores; the full runs are ``scripts/lab_runs.sh`` -> ``figures/lab/``). Recomputed
-    from scratch in a temporary folder each time; its report, summary and figure land in ``out_dir``."""
+    from scratch in a temporary folder each time; its report, summary and figure land in ``out_dir``, the report and
+    summary without the wall-clock numbers (:func:`split_timings`: ``timings.json`` beside them, not committed) and
+    with ``config.out`` naming ``out_dir`` rather than the temporary folder, so ``make figures`` rewrites them byte for
+    byte."""
     import shutil
     import tempfile
+
+    from vsr.atomic import TIMINGS_FILE, write_json, write_text
 
     out_dir = Path(out_dir)
     sizes = (dict(prompts=8, probe_samples=4, groups=2, batches=4, blocks=2, reference_batches=4, heldout=8) if quick
@@ -790,8 +813,11 @@ def make_lab_figure(out_dir: Path, quick: bool) -> int:
                         allocations=("uniform", "dapo", "prompt_neyman", "vsr_calibrated"), out=tmp, **sizes)
         s = run_lab(cfg)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("report.md", "summary.json", "lab_gain.png"):
-            if (Path(tmp) / name).exists():
-                shutil.copyfile(Path(tmp) / name, out_dir / name)
+        if (Path(tmp) / "lab_gain.png").exists():
+            shutil.copyfile(Path(tmp) / "lab_gain.png", out_dir / "lab_gain.png")
+    kept, timings = split_timings({**s, "config": {**s["config"], "out": str(out_dir)}})
+    write_json(out_dir / "summary.json", kept)
+    write_text(out_dir / "report.md", render_report(kept))
+    write_json(out_dir / TIMINGS_FILE, timings)
     print(f"    lab: {len(s['allocations'])} allocations, {s['wall_s']:.0f} s", flush=True)
     return 0

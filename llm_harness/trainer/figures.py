@@ -1,23 +1,48 @@
 """Training-curve figure for ``make figures`` (issue 6 item 8).
 
 ``make_training_curve_figure(out_dir, quick)`` runs a short GRPO run and plots training reward,
-held-out accuracy (periodic validation), generated tokens per update and the step-time split.
+held-out accuracy (periodic validation), generated tokens per update, the policy's entropy and the share of
+mixed-reward groups.
 Full mode trains the shipped middle test-bed checkpoint with the recipe of
 ``configs/testbed_grpo.yaml`` for 40 steps (validation every 10 on 100 problems); when that
 checkpoint does not exist yet, or in quick mode, it trains a random tiny model on the learnable
 toy task (:class:`llm_harness.trainer.testing.ToyTask`) and says so in the title. Writes
-``training_curve.png`` and ``metrics.csv`` (every plotted number).
+``training_curve.png`` and ``metrics.csv`` (every plotted number), both committed and rewritten byte for byte by
+``make figures``: what the machine measured (the ``time_*`` and ``mem_peak_*`` columns: wall time and peak memory)
+goes to ``timings.csv`` and its step-time split to ``timings.png``, neither committed (``.gitignore``).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["make_training_curve_figure"]
+__all__ = ["is_measured", "make_training_curve_figure"]
+
+
+def is_measured(column: str) -> bool:
+    """Whether a ``metrics.csv`` column is measured on the machine (wall time, peak memory), so differs on every run."""
+    return column.startswith(("time_", "mem_peak_"))
+
+
+def _split_metrics(src: Path, out_dir: Path) -> None:
+    """``src`` (a run's ``metrics.csv``) as ``out_dir/metrics.csv`` without the measured columns (:func:`is_measured`)
+    and ``out_dir/timings.csv`` with ``step`` and those; every value keeps its text."""
+    from vsr.atomic import write_text
+
+    with open(src, newline="") as fh:
+        rows = list(csv.reader(fh))
+    measured = [i for i, c in enumerate(rows[0]) if is_measured(c)]
+    for name, keep in (("metrics.csv", [i for i in range(len(rows[0])) if i not in measured]),
+                       ("timings.csv", [rows[0].index("step"), *measured])):
+        buf = io.StringIO()
+        csv.writer(buf).writerows([r[i] if i < len(r) else "" for i in keep] for r in rows)
+        write_text(out_dir / name, buf.getvalue())
 
 
 def _configs_dir() -> Path:
@@ -44,7 +69,9 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     shutil.rmtree(run_dir, ignore_errors=True)
     recipe = load_config(TrainConfig, _configs_dir() / "testbed_grpo.yaml")
     ckpt = Path(recipe.model.path)
-    if not ckpt.is_absolute():
+    if not ckpt.is_absolute() and not ckpt.is_dir():  # run from elsewhere than the repository root
+        # (from the root, as `make figures` runs, the path stays relative: the config fingerprint in metrics.csv does
+        # not name the clone's folder)
         ckpt = Path(__file__).resolve().parents[2] / ckpt
     if not quick and (ckpt / "config.json").is_file():
         cfg = replace(recipe, steps=40, model=replace(recipe.model, path=str(ckpt)),
@@ -65,7 +92,7 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
         rows = tr.fit()
     finally:
         tr.close()
-    shutil.copy(run_dir / "metrics.csv", out_dir / "metrics.csv")
+    _split_metrics(run_dir / "metrics.csv", out_dir)
     step = np.array([r["step"] + 1 for r in rows])
 
     def col(k):
@@ -85,16 +112,25 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     ax[1].plot(step, col("trained_new_tokens"), label="tokens in the loss")
     ax[1].set_xlabel("step")
     ax[1].legend(fontsize=8)
-    bottom = np.zeros(len(step))
-    for k in ("time_generate_s", "time_score_s", "time_train_s"):
-        y = np.nan_to_num(col(k))
-        ax[2].bar(step, y, bottom=bottom, label=k[5:-2])
-        bottom += y
+    ax[2].plot(step, col("mixed_frac"), label="mixed-reward groups (share)")
+    ax[2].plot(step, col("entropy"), label="policy entropy (nats / token)")
     ax[2].set_xlabel("step")
-    ax[2].set_ylabel("seconds")
     ax[2].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     png = save_figure(fig, out_dir, "training_curve")[0]
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))  # the step-time split: measured, so beside the figure, not committed
+    bottom = np.zeros(len(step))
+    for k in ("time_generate_s", "time_score_s", "time_train_s"):
+        y = np.nan_to_num(col(k))
+        ax.bar(step, y, bottom=bottom, label=k[5:-2])
+        bottom += y
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
+    ax.set_title("step time by phase (this machine, this run)", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, out_dir, "timings")
     shutil.rmtree(run_dir, ignore_errors=True)
     return png

@@ -68,6 +68,18 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
         atomic.write_json(target, {"a": float("nan")})  # NaN is refused, not written
 
 
+def test_split_fields_takes_the_named_entries_at_any_depth_and_keeps_the_rest():
+    doc = {"suite": "s", "wall_s": 3.0, "methods": [{"name": "a", "avg": 0.5, "step_s": 1.0}, {"name": "b", "avg": 0.4}],
+           "regimes": {"r": {"seeds": {"0": {"avg": 0.5, "wall_s": 2.0, "curve": [[1, 0.2]]}}}}}
+    rest, taken = atomic.split_fields(doc, {"wall_s", "step_s"}, ids=("name",))
+    assert rest == {"suite": "s", "methods": [{"name": "a", "avg": 0.5}, {"name": "b", "avg": 0.4}],
+                    "regimes": {"r": {"seeds": {"0": {"avg": 0.5, "curve": [[1, 0.2]]}}}}}
+    assert taken == {"wall_s": 3.0, "methods": [{"name": "a", "step_s": 1.0}, None],
+                     "regimes": {"r": {"seeds": {"0": {"wall_s": 2.0}}}}}
+    assert atomic.split_fields({"a": [1, {"b": 2}]}, {"wall_s"}) == ({"a": [1, {"b": 2}]}, None)
+    assert doc["wall_s"] == 3.0 and doc["methods"][0]["step_s"] == 1.0  # the input is left as it was
+
+
 def _figure():
     import matplotlib
 

@@ -226,7 +226,11 @@ def test_reanalyze_rewrites_the_summary_from_the_stored_table_without_sampling(t
         run_study("sigma-validation", dataclasses.replace(cfg, seed=1, reanalyze=True))
     run_study("sigma-validation", dataclasses.replace(cfg, reanalyze=True, progress=False))  # no backend: none is loaded
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["reanalyzed"] is True and s["counts"] == {"problems": 30, "eligible": 12} and s["collect_seconds"] == 7.5
+    # a summary written before timings moved out: its collection time moves to timings.json, out of the summary
+    assert s["reanalyzed"] is True and s["counts"] == {"problems": 30, "eligible": 12} and "collect_seconds" not in s
+    assert json.loads((tmp_path / "timings.json").read_text()) == {"collect_seconds": 7.5}
+    run_study("sigma-validation", dataclasses.replace(cfg, reanalyze=True, progress=False))  # read back from timings.json
+    assert json.loads((tmp_path / "timings.json").read_text()) == {"collect_seconds": 7.5}
     assert s["n_states"] == len(t) and "sigma_hat_calibrated" in s and s["config"]["reanalyze"] is False
     assert (tmp_path / "sigma_validation.png").is_file() and "calibrated" in (tmp_path / "summary.md").read_text()
     states = pd.read_csv(tmp_path / "sigma_validation_states.csv")

@@ -101,6 +101,8 @@ def test_study_runs_end_to_end_on_the_testbed(name, testbed, tmp_path):
     assert not (out / "results.csv").exists()  # parquet only (prefixvalue.store's module doc)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["study"] == name and summary["counts"]["eligible"] > 0
+    # the wall time stays out of the summary (committed under figures/): make figures rewrites it byte for byte
+    assert "collect_seconds" not in summary and json.loads((out / "timings.json").read_text())["collect_seconds"] > 0
     assert (out / "summary.md").read_text().startswith("# ")
     assert (out / f"{FIGURE[name]}.png").stat().st_size > 1000 and not (out / f"{FIGURE[name]}.pdf").exists()
     assert (out / "config.yaml").is_file()

@@ -54,16 +54,16 @@ def test_seed_interval_is_the_student_t_interval():
     assert math.isnan(seed_interval([0.5])[1])
 
 
-def _fake_run(job, avg, tokens):
+def _fake_run(job, avg, tokens, seconds=1.0):
     d = Path(job.run_dir)
     d.mkdir(parents=True, exist_ok=True)
-    info = {"rc": 0, "fingerprint": job.fingerprint, "wall_s": 1.0}
+    info = {"rc": 0, "fingerprint": job.fingerprint, "wall_s": seconds}
     if job.method == "base":
         info["validation"] = {"val_avg_at_8": 0.3, "val_pass_at_8": 0.6}
     else:
         steps = int(job.mapping["steps"])  # one row per step, as a real run writes (records check it)
         rows = [{"step": s, "gen_new_tokens": tokens, "prompt_instances": 8.0, "mixed_frac_fresh": 0.5,
-                 "time_step_s": 1.0, "time_plugins_s": 0.01, "reward_mean": 0.4} for s in range(steps)]
+                 "time_step_s": seconds, "time_plugins_s": 0.01 * seconds, "reward_mean": 0.4} for s in range(steps)]
         rows[min(1, steps - 1)].update({"val_avg_at_8": avg - 0.01, "val_pass_at_8": 0.7})
         rows[-1].update({"val_avg_at_8": avg, "val_pass_at_8": 0.75})
         (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -105,6 +105,38 @@ def test_report_verdicts_tokens_and_escaping(tmp_path):
     ps = sorted((m["p"], m["p_holm"]) for m in s["methods"] if m["name"] != "grpo")
     assert ps[0][1] == pytest.approx(3 * ps[0][0])
     assert "Power: each contrast is a paired t-test" in text
+
+
+def _keys(o):
+    if isinstance(o, dict):
+        return set(o) | set().union(*map(_keys, o.values()))
+    return set().union(*map(_keys, o)) if isinstance(o, list) else set()
+
+
+def test_report_with_timings_apart_is_the_same_bytes_whatever_the_runs_took(tmp_path):
+    """``timings_apart`` (the ``make figures`` curriculum figure): no wall-clock number in report.md or summary.json,
+    so runs that took other times give the same bytes; the numbers are in timings.json."""
+    from llm_harness.compare.report import TIMING_FIELDS
+
+    cfg = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("normal",), timings_apart=True)
+    jobs = plan_jobs(cfg)
+    written = []
+    for seconds in (1.0, 3.0):
+        for j in jobs:
+            _fake_run(j, 0.4 + 0.01 * j.seed + 0.02 * (j.method == "vsr"), 1000.0, seconds)
+        text = write_report(cfg, jobs, train_wall_s=60 * seconds).read_text()
+        written.append((text, (tmp_path / "summary.json").read_bytes(), json.loads((tmp_path / "timings.json").read_text())))
+    (text, summary, timings), (text2, summary2, timings2) = written
+    assert text == text2 and summary == summary2
+    assert not _keys(json.loads(summary)) & TIMING_FIELDS
+    assert "| step s |" not in text and "Per-step plug-in overhead" not in text and "`timings.json` beside" in text
+    assert timings["train_wall_s"] == 60.0 and timings2["train_wall_s"] == 180.0
+    by = {m["name"]: m for m in timings2["methods"]}
+    assert by["vsr"]["regime"] == "normal" and by["vsr"]["step_s"] == 3.0 and by["vsr"]["wall_s"] == 6.0
+    # the default keeps the timings in the report (the committed suites' reports, rebuilt from their records)
+    text = write_report(replace(cfg, timings_apart=False), jobs).read_text()
+    assert "| step s | plug-in s / step |" in text and "Per-step plug-in overhead" in text
+    assert _keys(json.loads((tmp_path / "summary.json").read_text())) >= TIMING_FIELDS
 
 
 @pytest.mark.slow

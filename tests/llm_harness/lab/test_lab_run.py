@@ -155,5 +155,14 @@ def test_make_figures_small_lab_quick(tmp_path, monkeypatch):
     assert make_lab_figure(tmp_path / "lab_small", True) == 0
     s = json.loads((tmp_path / "lab_small" / "summary.json").read_text())
     assert [r["name"] for r in s["allocations"]] == ["uniform", "dapo", "prompt_neyman", "vsr_calibrated"]
-    assert (tmp_path / "lab_small" / "report.md").read_text().startswith("# Allocation lab")
+    report = (tmp_path / "lab_small" / "report.md").read_text()
+    assert report.startswith("# Allocation lab")
+    # committed by make figures: no wall-clock number and no temporary folder, so a rerun writes the same bytes
+    assert "wall_s" not in s and "wall_s" not in s["probe"] and s["config"]["out"] == str(tmp_path / "lab_small")
+    assert all(set(r["cost"]) == {"generated_groups", "kept_groups"} for r in s["allocations"])
+    assert "s / batch (sample + grad)" not in report and "`timings.json` beside this report" in report
+    t = json.loads((tmp_path / "lab_small" / "timings.json").read_text())
+    assert t["wall_s"] > 0 and set(t["probe"]["wall_s"]) == {"sampling", "score_norms"}
+    assert [(a["name"], a["cost"]["sampling_s"] > 0) for a in t["allocations"]] == [(n, True) for n in
+                                                                                      ["uniform", "dapo", "prompt_neyman", "vsr_calibrated"]]
     assert not list(Path(ROOT / "figures").glob("lab_small/.vsr.lock"))

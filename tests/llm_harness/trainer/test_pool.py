@@ -100,4 +100,7 @@ def test_pool_select_command_writes_a_loadable_pool(tmp_path):
                                            selection=PoolSelection(candidates=12, samples=2, max_successes=1, size=4))) == 0
     ids = load_pool(out, task="step_arith", task_params=dict(cfg.task.params), split="train")
     assert 1 <= len(ids) <= 4
+    # the selection's wall time is beside the pool, not in it (a pool's bytes are part of its runs' fingerprints)
+    assert "wall_s" not in json.loads(out.read_text())
+    assert json.loads((tmp_path / "pool.timings.json").read_text())["wall_s"] > 0
     assert not (tmp_path / "run").exists()  # selection writes no run directory

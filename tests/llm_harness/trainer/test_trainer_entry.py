@@ -118,6 +118,13 @@ def test_training_curve_figure_quick(tmp_path):
     png = make_training_curve_figure(tmp_path, quick=True)
     assert png.name == "training_curve.png" and png.is_file() and not (tmp_path / "training_curve.pdf").exists()
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 7
+    # committed by make figures: no wall time or peak memory (they differ on every run); those go to timings.csv/png
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "reward_mean" in header and "mem_weights_gb" in header
+    assert not [c for c in header if c.startswith(("time_", "mem_peak_"))]
+    timings = (tmp_path / "timings.csv").read_text().splitlines()
+    assert len(timings) == 7 and timings[0].startswith("step,time_") and "time_step_s" in timings[0]
+    assert "mem_peak_train_gb" in timings[0] and (tmp_path / "timings.png").is_file()
 
 
 def test_agent_configs_are_the_papers_settings():

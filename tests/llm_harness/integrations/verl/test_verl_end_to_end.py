@@ -62,10 +62,10 @@ def launch(method: str, data: Path, out: Path, steps: int, *overrides: str, mode
             # the test bed's tokenizer has no chat template, which verl's validation loop needs
             "trainer.test_freq=-1", "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
             f"data.seed=0", *overrides]
+    out.mkdir(parents=True, exist_ok=True)
     p = subprocess.run(["bash", str(ROOT / "scripts/verl/train.sh"), method, *args], env=env, capture_output=True, text=True,
-                       timeout=TIMEOUT)
+                       timeout=TIMEOUT, cwd=out)  # Hydra writes its outputs/ folder in the working directory
     log = p.stdout + p.stderr
-    (out / "train.log").parent.mkdir(parents=True, exist_ok=True)
     (out / "train.log").write_text(log)
     assert p.returncode == 0, f"train.sh {method} failed (rc {p.returncode}):\n{log[-6000:]}"
     return log
