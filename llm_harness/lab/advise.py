@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams
+from llm_harness.lab.moments import RESOLVE_FACTOR, ratio_label
 from llm_harness.lab.probe import ProbeResult, StateSpace, pool_state_space, run_probe
 
 __all__ = ["AdviseConfig", "advise", "advise_command", "bootstrap_gains", "recommend"]
@@ -193,7 +194,7 @@ def advise(cfg: AdviseConfig) -> dict[str, Any]:
     for n in names:
         prop = ALLOCATIONS.lookup(n, where="advise").proposal(probe.selection(), params_of[n], G)
         lo, hi = ci.get(n, (math.nan, math.nan))
-        rows.append({"name": n, "gain": point[n], "lo": lo, "hi": hi, "biased": prop.biased,
+        rows.append({"name": n, "gain": point[n], "lo": lo, "hi": hi, "biased": prop.biased, "label": ratio_label(lo, hi),
                      "knob": knobs[n][0] if n in knobs else None, "value": knobs[n][1] if n in knobs else None})
     pre = space.is_prefix
     return {"rows": rows, "recommendation": recommend(rows, cfg.min_gain), "wall_s": time.perf_counter() - t0,
@@ -216,8 +217,10 @@ def render(res: dict[str, Any]) -> str:
         else:
             g = f"{r['gain']:.2f}x" + (f" [{r['lo']:.2f}, {r['hi']:.2f}]" if math.isfinite(r["lo"]) else "")
             g += " *" if r["biased"] else ""
+            g += " (not resolved)" if ratio_label(r["lo"], r["hi"]) != "resolved" and math.isfinite(r["lo"]) else ""
         lines.append(f"{r['name']:<17} {knob:<12} {g}")
-    lines += ["", "* biased (no importance weights): its signal rests on Assumption S; `vsr lab` measures it.", "",
+    lines += ["", "* biased (no importance weights): its signal rests on Assumption S; `vsr lab` measures it.",
+              f"(not resolved): the interval spans more than a factor {RESOLVE_FACTOR:g}; a larger probe narrows it.", "",
               res["recommendation"]]
     return "\n".join(lines)
 

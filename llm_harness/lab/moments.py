@@ -35,8 +35,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["BlockMoments", "Estimate", "MomentRecord", "STATISTICS", "estimate", "jackknife", "log_ratio_interval",
-           "statistic"]
+__all__ = ["BlockMoments", "Estimate", "MomentRecord", "RESOLVE_FACTOR", "STATISTICS", "batches_to_resolve",
+           "difference_interval", "estimate", "jackknife", "log_ratio_interval", "ratio_label", "sign_label", "statistic"]
 
 
 @dataclass(frozen=True)
@@ -341,3 +341,48 @@ def log_ratio_interval(a: MomentRecord, b: MomentRecord, name: str, ctx_a: Mappi
     h = float(stats.t.ppf(0.5 + confidence / 2, min(da, db))) * se
     return Estimate(ratio, math.exp(va - vb - h), math.exp(va - vb + h), se)
 
+
+
+def difference_interval(a: MomentRecord, b: MomentRecord, name: str, ctx_a: Mapping[str, float] | None = None,
+                        ctx_b: Mapping[str, float] | None = None, confidence: float = 0.95) -> Estimate:
+    """``stat(a) − stat(b)`` for independently realised ``a`` and ``b`` (different allocations draw their batches
+    independently, so no block of one is paired with a block of the other): jackknife variances added, t on the
+    smaller of the two degrees of freedom."""
+    from scipy import stats
+
+    f = statistic(name)
+    va, sa, da = jackknife(a, f, ctx_a)
+    vb, sb, db = jackknife(b, f, ctx_b)
+    d = va - vb
+    se = math.sqrt(sa * sa + sb * sb) if math.isfinite(sa) and math.isfinite(sb) else math.nan
+    if not (math.isfinite(d) and math.isfinite(se)):
+        return Estimate(d, math.nan, math.nan, se)
+    h = float(stats.t.ppf(0.5 + confidence / 2, min(da, db))) * se
+    return Estimate(d, d - h, d + h, se)
+
+
+#: a ratio whose interval spans more than this factor (``hi / lo``) is reported as not resolved
+RESOLVE_FACTOR = 2.0
+
+
+def ratio_label(lo: float | None, hi: float | None, factor: float = RESOLVE_FACTOR) -> str:
+    """``resolved`` when a ratio's interval ``[lo, hi]`` (both positive) spans at most ``factor``, else ``not resolved``
+    (also for a missing or non-positive end: such an interval resolves nothing)."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 or hi <= 0:
+        return "not resolved"
+    return "resolved" if hi / lo <= factor else "not resolved"
+
+
+def sign_label(lo: float | None, hi: float | None) -> str:
+    """For a difference: ``> 0`` / ``< 0`` when its interval excludes 0, else ``not detected``."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "not detected"
+    return "> 0" if lo > 0 else "< 0" if hi < 0 else "not detected"
+
+
+def batches_to_resolve(log_se: float, batches: int, half_width: float = math.log(1.25), z: float = 1.96) -> float:
+    """Batches per allocation that bring a log-ratio's 95 % half-width to ``half_width`` (±25 % by default), from a
+    run of ``batches`` whose log-ratio has standard error ``log_se`` (the error falls as ``1/sqrt(batches)``)."""
+    if not (math.isfinite(log_se) and log_se > 0 and batches > 0):
+        return math.nan
+    return float(batches * (z * log_se / half_width) ** 2)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, allocation_names, draw_batch
-from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate, log_ratio_interval
+from llm_harness.lab.moments import (BlockMoments, MomentRecord, batches_to_resolve, difference_interval, estimate, jackknife,
+                                     log_ratio_interval, ratio_label, sign_label, statistic)
 from llm_harness.lab.predict import Prediction, duplicate_second_moment, leave_one_out_inflation, predict
 from llm_harness.lab.probe import ProbeResult, pool_state_space, run_probe, state_for
 
@@ -111,6 +113,9 @@ class LabConfig:
     overwrite: bool = False
     """Discard the results of another lab found in ``out`` (its probe, references, allocations, summary) instead of
     refusing the folder."""
+    reanalyze: bool = False
+    """Rebuild the finished lab in ``out`` from its stored records only (summary, report, figure; no model is loaded,
+    nothing is resampled): for a lab written by an earlier version of the summary."""
 
     def __post_init__(self) -> None:
         from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS
@@ -436,6 +441,9 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                     write_json(path, doc)
                 ref_docs[ref] = doc
                 ref_norm2[f"{ref}_norm2"] = estimate(rec, "mean_sq").value
+            plan = resolution_plan(_parsed(out / "reference_pool.json", lambda d: MomentRecord.from_plain(d["moments"]),
+                                           ref_docs["pool"]), cfg.batches)
+            _say(cfg, plan_text(plan))
             records: dict[str, MomentRecord] = {}
             costs: dict[str, dict[str, float]] = {}
             for name in names:
@@ -453,6 +461,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                 records[name] = _parsed(path, lambda d: MomentRecord.from_plain(d["moments"]), doc)
                 costs[name] = _parsed(path, lambda d: {k: float(v) for k, v in dict(d["cost"]).items()}, doc)
             summary = summarise(records, costs, preds, ref_norm2, probe, cfg, engine.n_params)
+            summary["plan"] = plan
             if cfg.replay_ages:  # last: it trains the model
                 summary["replay"] = _replay_step(engine, cfg, common, out)
             summary["wall_s"] = time.perf_counter() - t_start
@@ -535,27 +544,7 @@ GAINS = {"aligned_pool": "aligned_snr_per_ktok:pool", "aligned_heldout": "aligne
 def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]],
               ctx: dict[str, float], probe: ProbeResult, cfg: LabConfig, n_params: int) -> dict[str, Any]:
     """Every statistic with its interval, the realised gains over ``uniform`` and the predictions, as plain data."""
-    rows = []
-    base = records.get("uniform")
-    for name, rec in records.items():
-        st = {k: estimate(rec, k, ctx).to_plain() for k in STATS}
-        gains = {g: (log_ratio_interval(rec, base, stat, ctx, ctx).to_plain() if base is not None else None)
-                 for g, stat in GAINS.items()}
-        signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
-        gains["variance"] = _variance_gain(rec, base, name, costs, preds) if base is not None else None
-        if rec is base:  # the reference row: 1 by definition (its noise is inside every other row's interval)
-            one = {"value": 1.0, "lo": None, "hi": None, "se": None}
-            gains = {k: (dict(one, signal_from="unbiased") if k == "variance" else dict(one)) for k in gains}
-            signal = dict(one)
-        var_ratio: dict[str, float] | None = None
-        if preds[name].get("b3") is not None and st["trvar"]["value"] > 0:
-            n_kept = cfg.groups * cfg.group_size
-            var_ratio = {k: (preds[name][k]["second_moment"] / n_kept) / st["trvar"]["value"]
-                         for k in ("b3", "b3d") if preds[name].get(k) is not None}
-        rows.append({"name": name, "summary": ALLOCATIONS.lookup(name, where="summary").summary, "stats": st,
-                     "realised_gain": gains["aligned_pool"], "realised_gains": gains, "signal_sq_ratio": signal,
-                     "predicted": preds[name], "predicted_over_realised_trvar": var_ratio, "cost": costs[name],
-                     "batches": rec.n})
+    rows = allocation_rows(records, costs, preds, ctx, cfg.groups * cfg.group_size)
     pre = probe.space.is_prefix
     return {
         "format": FORMAT, "config": _plain(cfg), "n_params": n_params,
@@ -577,26 +566,130 @@ def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float
     }
 
 
+def allocation_rows(records: dict[str, MomentRecord], costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]],
+                    ctx: dict[str, float], n_kept: int) -> list[dict[str, Any]]:
+    """One row per allocation of :func:`summarise` (``n_kept`` samples per batch: groups × group size)."""
+    rows = []
+    base = records.get("uniform")
+    for name, rec in records.items():
+        st = {k: estimate(rec, k, ctx).to_plain() for k in STATS}
+        gains = {g: (log_ratio_interval(rec, base, stat, ctx, ctx).to_plain() if base is not None else None)
+                 for g, stat in GAINS.items()}
+        signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
+        gains["variance"] = _variance_gain(rec, base, name, costs, preds) if base is not None else None
+        if rec is base:  # the reference row: 1 by definition (its noise is inside every other row's interval)
+            one = {"value": 1.0, "lo": None, "hi": None, "se": None}
+            gains = {k: (dict(one, signal_from="unbiased") if k == "variance" else dict(one)) for k in gains}
+            signal = dict(one)
+        var_ratio: dict[str, float] | None = None
+        if preds[name].get("b3") is not None and st["trvar"]["value"] > 0:
+            var_ratio = {k: (preds[name][k]["second_moment"] / n_kept) / st["trvar"]["value"]
+                         for k in ("b3", "b3d") if preds[name].get(k) is not None}
+        rows.append({"name": name, "summary": ALLOCATIONS.lookup(name, where="summary").summary, "stats": st,
+                     "components": components(rec, base, name, costs, preds, ctx) if base is not None and rec is not base else None,
+                     "realised_gain": gains["aligned_pool"], "realised_gains": gains, "signal_sq_ratio": signal,
+                     "predicted": preds[name], "predicted_over_realised_trvar": var_ratio, "cost": costs[name],
+                     "batches": rec.n})
+    return rows
+
+
 def _variance_gain(rec: MomentRecord, base: MomentRecord, name: str, costs: dict[str, dict[str, float]],
                    preds: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Realised gain with the signal taken from theory: ``s² · (tr Var · tokens)_uniform / (tr Var · tokens)_A``.
+    """Realised gain with the signal known without measuring it: ``s² · (tr Var · tokens)_uniform / (tr Var · tokens)_A``.
 
     ``s`` is 1 for an importance-weighted allocation (unbiasedness is a theorem: this is then its realised SNR gain,
-    resolved long before ‖E g‖² is), the realised ``generated / kept`` groups for DAPO, and Assumption S's prediction
-    (B.3 terms) for a biased allocation (``signal_from`` says which). None for ExTra (no signal model)."""
+    resolved long before ‖E g‖² is) and the realised ``generated / kept`` groups for DAPO (``signal_from`` says which).
+    None for a biased allocation, whose ``s`` only Assumption S gives: a number with the prediction on both sides
+    would test nothing (its measured noise ratio and the predicted ``s²`` are reported apart, :func:`components`),
+    and None for ExTra (no signal model)."""
     p3 = preds[name].get("b3")
-    if p3 is None:
+    if p3 is None or preds[name].get("biased"):
         return None
     e = log_ratio_interval(base, rec, "noise_per_ktok")
     c = costs[name]
-    if preds[name].get("biased"):
-        s, source = p3["signal_scale"], "assumption S"
-    elif c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
+    if c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
         s, source = c["generated_groups"] / c["kept_groups"], "1/P(kept), realised"
     else:
         s, source = 1.0, "unbiased"
     f = s * s
-    return {"value": e.value * f, "lo": e.lo * f, "hi": e.hi * f, "se": e.se, "signal_from": source}
+    return {"value": e.value * f, "lo": e.lo * f, "hi": e.hi * f, "se": e.se, "signal_from": source,
+            "label": ratio_label(e.lo * f, e.hi * f)}
+
+
+def _predicted_noise_ratio(preds: dict[str, dict[str, Any]], name: str, key: str) -> float | None:
+    """Predicted ``(second moment × tokens)`` of ``name`` over uniform's under prediction ``key`` (B.3, B.3 + dup)."""
+    a, u = preds[name].get(key), preds.get("uniform", {}).get(key)
+    if not a or not u:
+        return None
+    den = u["second_moment"] * u["tokens_per_sample"]
+    return a["second_moment"] * a["tokens_per_sample"] / den if den > 0 else None
+
+
+def _with_label(e: Any, kind: str) -> dict[str, Any]:
+    d = e.to_plain()
+    d["label"] = ratio_label(d["lo"], d["hi"]) if kind == "ratio" else sign_label(d["lo"], d["hi"])
+    return d
+
+
+def components(rec: MomentRecord, base: MomentRecord, name: str, costs: dict[str, dict[str, float]],
+               preds: dict[str, dict[str, Any]], ctx: dict[str, float]) -> dict[str, Any]:
+    """What the realised gain is made of, each measured with its own 95 % interval and label, beside what theory
+    predicts for it: the noise ratio (tr Var × generated tokens per batch, over uniform's; ``resolved`` when its
+    interval spans at most a factor :data:`~llm_harness.lab.moments.RESOLVE_FACTOR`), ‖E g‖² and the projection
+    ⟨E g, ∇J_heldout⟩ with their differences from uniform's (``> 0`` / ``< 0`` / ``not detected``), and the signal
+    scale ``s²`` — realised for DAPO (1/P(kept)²), 1 for an importance-weighted allocation, and for a biased one
+    Assumption S's prediction only."""
+    c = costs[name]
+    if preds[name].get("shaped"):
+        signal = {"value": None, "source": "no model (shaped advantages)"}
+    elif preds[name].get("biased"):
+        p3 = preds[name].get("b3") or {}
+        u3 = preds.get("uniform", {}).get("b3") or {}
+        s = (p3.get("signal_scale") / u3["signal_scale"]) if p3.get("signal_scale") and u3.get("signal_scale") else None
+        signal = {"value": None if s is None else s * s, "source": "predicted (assumption S)"}
+    elif c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
+        signal = {"value": (c["generated_groups"] / c["kept_groups"]) ** 2, "source": "realised (1/P(kept))²"}
+    else:
+        signal = {"value": 1.0, "source": "unbiased (theorem)"}
+    noise = log_ratio_interval(rec, base, "noise_per_ktok")
+    _, log_se, _ = jackknife(rec, statistic("noise_per_ktok"), None, lambda x: math.log(x) if x > 0 else math.nan)
+    _, log_se_u, _ = jackknife(base, statistic("noise_per_ktok"), None, lambda x: math.log(x) if x > 0 else math.nan)
+    se = math.sqrt(log_se ** 2 + log_se_u ** 2) if math.isfinite(log_se) and math.isfinite(log_se_u) else math.nan
+    return {
+        "noise_ratio": {**_with_label(noise, "ratio"), "predicted_b3": _predicted_noise_ratio(preds, name, "b3"),
+                        "predicted_b3d": _predicted_noise_ratio(preds, name, "b3d"),
+                        "batches_for_25pct": batches_to_resolve(se, rec.n)},
+        "mean_sq": _with_label(estimate(rec, "mean_sq", ctx), "sign"),
+        "mean_sq_minus_uniform": _with_label(difference_interval(rec, base, "mean_sq", ctx, ctx), "sign"),
+        "heldout_projection": _with_label(estimate(rec, "dot:heldout", ctx), "sign"),
+        "heldout_projection_minus_uniform": _with_label(difference_interval(rec, base, "dot:heldout", ctx, ctx), "sign"),
+        "signal_sq": signal,
+    }
+
+
+def resolution_plan(reference: MomentRecord, batches: int) -> dict[str, Any]:
+    """Before the allocations run: how many batches per allocation resolve a noise ratio to ±25 % (95 %), from the
+    reference batches (uniform, the same batch shape), taking each allocation's per-batch spread as uniform's."""
+    _, se, _ = jackknife(reference, statistic("noise_per_ktok"), None, lambda x: math.log(x) if x > 0 else math.nan)
+    need = batches_to_resolve(math.sqrt(2.0) * se, reference.n)  # a ratio of two such records
+    return {"reference_batches": reference.n, "noise_log_se": se, "batches_needed_25pct": need, "batches": batches,
+            "enough": bool(math.isfinite(need) and batches >= need)}
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    need = plan["batches_needed_25pct"]
+    if not math.isfinite(need):
+        return "lab: the reference batches do not say how many batches resolve a noise ratio (too few blocks)"
+    return (f"lab: about {math.ceil(need)} batches per allocation resolve a noise ratio to ±25 % (from "
+            f"{plan['reference_batches']} reference batches); this run has {plan['batches']}"
+            + ("" if plan["enough"] else " — its ratios will be wider (labelled when they span more than 2x)"))
+
+
+def _say(cfg: Any, text: str) -> None:
+    if cfg.progress:
+        from tqdm.auto import tqdm
+
+        tqdm.write(text)
 
 
 def _nanmean(x: np.ndarray) -> float | None:
@@ -701,9 +794,44 @@ def render_report(s: dict[str, Any]) -> str:
     lines += ["", "\\* biased allocation: E g is not a multiple of ∇J; its predicted signal rests on Assumption S "
               "(the realised signal² and cosines test it).  — : ExTra's shaped advantages, no prediction."
               + ("" if timed else f" Seconds per batch: `{TIMINGS_FILE}` beside this report (not committed)."), ""]
+    lines += _component_lines(s)
     if s.get("replay"):
         lines += _replay_lines(s["replay"])
     return "\n".join(lines)
+
+
+def _component_lines(s: dict[str, Any]) -> list[str]:
+    """The components table (:func:`components`), when the summary has them."""
+    rows = [r for r in s["allocations"] if r.get("components")]
+    if not rows:
+        return []
+    plan = s.get("plan") or {}
+    need = plan.get("batches_needed_25pct")
+    lines = ["## What each realised gain is made of", "",
+             "Each measured apart, with its 95 % interval, beside its prediction. **Noise ratio**: (tr Var × generated "
+             "tokens) per batch over uniform's — below 1 is less noise per token; predicted by B.3 / B.3 + dup; "
+             "*not resolved* when its interval spans more than a factor 2. **‖E g‖² − uniform's** and **held-out "
+             "projection − uniform's** (⟨E g, ∇J_heldout⟩): differences of independently realised allocations; *not "
+             "detected* when the interval contains 0. **Signal²**: realised for DAPO, 1 by theorem for an "
+             "importance-weighted allocation, and for a biased one Assumption S's prediction only (no realised number "
+             "uses it). **Batches for ±25 %**: per allocation, for its noise ratio at this run's spread."
+             + (f" Planned before the run from the reference batches: about {need:.0f} per allocation for ±25 %; this run "
+                f"has {plan['batches']}." if need is not None and math.isfinite(need) else ""), "",
+             "| allocation | noise ratio (measured) | predicted B.3 / B.3 + dup | ‖E g‖² − uniform's | held-out projection − "
+             "uniform's | signal² (source) | batches for ±25 % |", "|" + " --- |" * 7]
+    for r in rows:
+        c = r["components"]
+        nr = c["noise_ratio"]
+        pred = " / ".join("—" if nr.get(k) is None else f"{nr[k]:.2f}" for k in ("predicted_b3", "predicted_b3d"))
+        sig = c["signal_sq"]
+        need_a = nr.get("batches_for_25pct")
+        lines.append(
+            f"| `{r['name']}` | {_fmt(nr)} {nr['label'] if nr['label'] != 'resolved' else ''} | {pred} | "
+            f"{_fmt(c['mean_sq_minus_uniform'], '.3g')} {c['mean_sq_minus_uniform']['label']} | "
+            f"{_fmt(c['heldout_projection_minus_uniform'], '.3g')} {c['heldout_projection_minus_uniform']['label']} | "
+            f"{'—' if sig['value'] is None else format(sig['value'], '.2f')} ({sig['source']}) | "
+            f"{'—' if need_a is None or not math.isfinite(need_a) else f'{need_a:.0f}'} |")
+    return lines + [""]
 
 
 def _replay_lines(r: dict[str, Any]) -> list[str]:
@@ -733,8 +861,9 @@ def _replay_lines(r: dict[str, Any]) -> list[str]:
 
 
 def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
-    """A forest: per allocation the realised gain over uniform (variance side, 95 % CI, filled) and the predicted one
-    (B.3 + dup when measured, hollow), log scale, sorted by the realised gain; biased allocations marked *."""
+    """A forest of the one component every allocation's prediction and measurement share without Assumption S: the
+    variance side, uniform's (tr Var × tokens) over the allocation's (1 / its noise ratio; filled, 95 % CI) against
+    B.3's (+ dup when measured; hollow), log scale, sorted by the measurement; biased allocations marked *."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -742,11 +871,16 @@ def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
 
     from vsr.atomic import atomic_path
 
-    key = "b3d" if any(r["predicted"].get("b3d") for r in s["allocations"]) else "b3"
-    rows = [(r["name"] + ("*" if r["predicted"].get("biased") else ""), r["predicted"][key]["gain"], r["realised_gains"]["variance"])
-            for r in s["allocations"]
-            if r["predicted"].get(key) and r["predicted"][key]["gain"] and r["realised_gains"].get("variance")
-            and (r["realised_gains"]["variance"]["value"] or 0) > 0]
+    key = "predicted_b3d" if any((r.get("components") or {}).get("noise_ratio", {}).get("predicted_b3d") for r in s["allocations"]) \
+        else "predicted_b3"
+    rows = []
+    for r in s["allocations"]:
+        nr = (r.get("components") or {}).get("noise_ratio")
+        if not nr or not nr.get(key) or not (nr.get("value") or 0) > 0:
+            continue
+        inv = {"value": 1.0 / nr["value"], "lo": 1.0 / nr["hi"] if nr.get("hi") else None,
+               "hi": 1.0 / nr["lo"] if nr.get("lo") and nr["lo"] > 0 else None}
+        rows.append((r["name"] + ("*" if r["predicted"].get("biased") else ""), 1.0 / nr[key], inv))
     if not rows:
         return None
     rows.sort(key=lambda t: t[2]["value"])
@@ -755,15 +889,15 @@ def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
         lo, hi = real["lo"], real["hi"]
         if lo is not None and hi is not None and lo > 0:
             ax.plot([lo, hi], [i, i], color="C0", lw=2)
-        ax.plot([real["value"]], [i], "o", color="C0", label="realised (variance side), 95 % CI" if i == 0 else None)
-        ax.plot([pred], [i], "D", mfc="none", color="C3", label=f"predicted ({'B.3 + dup' if key == 'b3d' else 'B.3'})"
+        ax.plot([real["value"]], [i], "o", color="C0", label="measured, 95 % CI" if i == 0 else None)
+        ax.plot([pred], [i], "D", mfc="none", color="C3", label=f"predicted ({'B.3 + dup' if key.endswith('b3d') else 'B.3'})"
                 if i == 0 else None)
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_ylim(-1.6, len(rows) - 0.4)  # room for the legend under the rows
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=9)
-    ax.set_xlabel("SNR per generated token relative to uniform prompts (GRPO)")
-    ax.set_title("Allocation lab: predicted (VSR App. B) vs realised", fontsize=10)
+    ax.set_xlabel("variance side: (tr Var × tokens) of uniform over the allocation's")
+    ax.set_title("Allocation lab: predicted (VSR App. B) vs measured noise per token", fontsize=10)
     ax.legend(fontsize=8, loc="lower center", ncol=2, frameon=False)
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -772,8 +906,42 @@ def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
     return path
 
 
+def reanalyze_lab(folder: str | Path) -> dict[str, Any]:
+    """Rebuild a finished lab's ``summary.json``, ``report.md`` and ``lab_gain.png`` from its stored records alone (no
+    model, nothing resampled): the allocations' moment records and costs, the reference batches, and the probe section
+    and predictions of the existing summary. For a lab written before the summary had its components."""
+    from vsr.atomic import json_safe, read_json, write_json
+
+    out = Path(folder)
+    old = _read_doc(out / "summary.json")
+    if old is None:
+        raise ValueError(f"reanalyze: {out} has no summary.json (run the lab first)")
+    records, costs = {}, {}
+    for row in old["allocations"]:
+        path = out / f"alloc_{row['name']}.json"
+        doc = read_json(path)
+        records[row["name"]] = _parsed(path, lambda d: MomentRecord.from_plain(d["moments"]), doc)
+        costs[row["name"]] = _parsed(path, lambda d: {k: float(v) for k, v in dict(d["cost"]).items()}, doc)
+    preds = {row["name"]: row["predicted"] for row in old["allocations"]}
+    c = old["config"]
+    s = {**old, "allocations": allocation_rows(records, costs, preds, dict(old["reference_norm2"]), c["groups"] * c["group_size"])}
+    ref = out / "reference_pool.json"
+    s["plan"] = resolution_plan(_parsed(ref, lambda d: MomentRecord.from_plain(d["moments"]), read_json(ref)), c["batches"])
+    s = json_safe(s)
+    write_json(out / "summary.json", s)
+    (out / "report.md").write_text(render_report(s), encoding="utf-8")
+    gain_figure(s, out / "lab_gain.png")
+    return s
+
+
 def lab_command(cfg: LabConfig) -> int:
-    """``vsr lab``: run or resume the lab and print the report's table."""
+    """``vsr lab``: run or resume the lab and print the report's table (``--reanalyze``: rebuild a finished lab's
+    summary and report from its records, :func:`reanalyze_lab`)."""
+    if cfg.reanalyze:
+        s = reanalyze_lab(cfg.out)
+        print(render_report(s))
+        print(f"-> {cfg.out}/report.md, summary.json, lab_gain.png (rebuilt from the records)")
+        return 0
     s = run_lab(cfg)
     print(render_report(s))
     print(f"-> {cfg.out}/report.md, summary.json, lab_gain.png ({s['wall_s']:.0f} s)")

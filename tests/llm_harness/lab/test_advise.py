@@ -90,3 +90,21 @@ def test_advise_end_to_end_on_the_test_bed(tmp_path, monkeypatch, capsys):
     doc = json.loads(out.read_text())
     assert {r["name"] for r in doc["rows"]} >= {"uniform", "dapo", "vsr_linear", "extra"}
     assert doc["probe_wall_s"]["sampling"] > 0 and out.with_suffix(".txt").read_text().startswith("vsr advise:")
+    # every interval that spans more than a factor 2 says so, in the table and in the record
+    for r in doc["rows"]:
+        lo, hi = r["lo"], r["hi"]
+        wide = lo is not None and hi is not None and (lo <= 0 or hi / lo > 2)
+        assert r["label"] == ("not resolved" if wide or lo is None else "resolved")
+        if wide:
+            assert any(line.startswith(r["name"]) and "(not resolved)" in line for line in text.splitlines())
+
+
+def test_render_labels_wide_intervals():
+    from llm_harness.lab.advise import render
+
+    res = {"model": "m", "task": "t", "prompts": 4, "prompt_mixed_share": 0.5, "prompt_pass_rate": 0.5, "prefix_states": 0,
+           "wall_s": 1.0, "probe_wall_s": {}, "recommendation": "r",
+           "rows": [{"name": "a", "gain": 1.5, "lo": 0.6, "hi": 3.0, "biased": False, "knob": None},
+                    {"name": "b", "gain": 1.5, "lo": 1.2, "hi": 1.9, "biased": False, "knob": None}]}
+    lines = render(res).splitlines()
+    assert "(not resolved)" in next(x for x in lines if x.startswith("a ")) and "(not resolved)" not in next(x for x in lines if x.startswith("b "))

@@ -46,6 +46,35 @@ def test_lab_runs_reports_and_resumes(tmp_path, monkeypatch):
     assert s["probe"]["prompts"] == 8 and s["probe"]["prefix_states"] > 0
     report = (out / "report.md").read_text()
     assert "| `vsr_linear` |" in report and "predicted (B.3)" in report
+    # the components, each measured apart; Assumption S's s² only as a prediction, never inside a realised number
+    assert doc["plan"]["reference_batches"] == 4 and doc["plan"]["batches"] == 4
+    rows = {r["name"]: r for r in doc["allocations"]}
+    assert rows["uniform"]["components"] is None
+    for name in ("prompt_neyman", "vsr_linear", "extra"):
+        c = rows[name]["components"]
+        assert set(c) == {"noise_ratio", "mean_sq", "mean_sq_minus_uniform", "heldout_projection",
+                          "heldout_projection_minus_uniform", "signal_sq"}
+        assert c["noise_ratio"]["label"] in ("resolved", "not resolved")
+        assert c["mean_sq_minus_uniform"]["label"] in ("> 0", "< 0", "not detected")
+    assert rows["vsr_linear"]["predicted"]["biased"] and rows["vsr_linear"]["realised_gains"]["variance"] is None
+    assert rows["vsr_linear"]["components"]["signal_sq"]["source"] == "predicted (assumption S)"
+    assert rows["prompt_neyman"]["components"]["signal_sq"] == {"value": 1.0, "source": "unbiased (theorem)"}
+    assert rows["prompt_neyman"]["realised_gains"]["variance"]["signal_from"] == "unbiased"
+    nr = rows["vsr_linear"]["components"]["noise_ratio"]
+    assert nr["predicted_b3"] is None or nr["predicted_b3"] > 0
+    assert "## What each realised gain is made of" in report and "| `vsr_linear` |" in report.split("made of")[1]
+    # --reanalyze rebuilds the same rows, plan and report from the stored records alone (no model)
+    from llm_harness.lab.run import LabConfig as _C, lab_command
+
+    stripped = {**doc, "allocations": [{k: v for k, v in r.items() if k != "components"} for r in doc["allocations"]]}
+    stripped.pop("plan")
+    (out / "summary.json").write_text(json.dumps(stripped))
+    assert lab_command(_C(out=str(out), reanalyze=True, progress=False)) == 0
+    again = json.loads((out / "summary.json").read_text())
+    assert again["allocations"] == doc["allocations"] and again["plan"] == doc["plan"]
+    assert (out / "report.md").read_text() == report
+    with pytest.raises(ValueError, match="no summary.json"):
+        lab_command(_C(out=str(tmp_path / "empty"), reanalyze=True, progress=False))
     # a rerun reuses every finished step: identical records, nothing resampled
     before = {f: (out / f).read_text() for f in ("probe.json", "alloc_uniform.json", "alloc_vsr_linear.json")}
     run_lab(cfg)

@@ -138,3 +138,29 @@ def test_errors_name_the_problem():
     assert MomentRecord.from_plain(rec.to_plain()) == rec
     v, se, df = jackknife(rec, statistic("trvar"))
     assert df == 3 and se > 0
+
+
+def test_difference_interval_covers_the_true_difference_and_labels_say_what_is_resolved():
+    from llm_harness.lab.moments import batches_to_resolve, difference_interval, ratio_label, sign_label
+
+    rng = np.random.default_rng(11)
+    P, N = 6, 512
+    a = _record(np.full(P, 0.6) + rng.normal(size=(N, P)), 8, tokens=np.full(N, 100.0))
+    b = _record(np.full(P, 0.2) + rng.normal(size=(N, P)), 8, tokens=np.full(N, 100.0))
+    d = difference_interval(a, b, "mean_sq")
+    true = P * (0.36 - 0.04)
+    assert d.lo <= true <= d.hi and d.lo > 0 and sign_label(d.lo, d.hi) == "> 0"
+    same = difference_interval(b, _record(np.full(P, 0.2) + rng.normal(size=(N, P)), 8), "mean_sq")
+    assert same.lo < 0 < same.hi and sign_label(same.lo, same.hi) == "not detected"
+    assert sign_label(-3, -1) == "< 0" and sign_label(None, 1) == "not detected"
+    # a ratio is resolved only when its interval spans at most a factor 2
+    assert ratio_label(0.8, 1.5) == "resolved" and ratio_label(0.5, 1.2) == "not resolved"
+    assert ratio_label(-0.1, 3) == "not resolved" and ratio_label(None, 2) == "not resolved"
+    # batches for ±25 %: a log-ratio SE of 0.2 at 64 batches needs 64 (1.96 · 0.2 / ln 1.25)² ≈ 198
+    assert batches_to_resolve(0.2, 64) == pytest.approx(64 * (1.96 * 0.2 / math.log(1.25)) ** 2)
+    assert 190 < batches_to_resolve(0.2, 64) < 205 and math.isnan(batches_to_resolve(float("nan"), 64))
+    # and it does: at that many batches the noise ratio of two equal allocations spans about ±25 %
+    n_need = int(math.ceil(batches_to_resolve(log_ratio_interval(a, b, "noise_per_ktok").se, N)))
+    big = [_record(rng.normal(size=(n_need, P)), 8, tokens=np.full(n_need, 100.0)) for _ in range(2)]
+    r = log_ratio_interval(big[0], big[1], "noise_per_ktok")
+    assert math.log(r.hi / r.value) == pytest.approx(math.log(1.25), rel=0.5)
