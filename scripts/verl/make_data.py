@@ -1,4 +1,4 @@
-"""Write verl parquet files (train/val) from a toolkit task (README "Scaling out").
+"""Write verl parquet files (train/val) from a toolkit task (docs/scaling-out.md).
 
     python scripts/verl/make_data.py --task step_arith --out DATA [--agent vsr_prefix] [--tokenizer PATH]
     python scripts/verl/make_data.py --task env --params '{"env": "sokoban", "window": 2}' --out DATA   # agents (vsr_env)

@@ -1,4 +1,4 @@
-"""verl ``reward.custom_reward_function`` that grades with the toolkit's own verifier (README "Scaling out").
+"""verl ``reward.custom_reward_function`` that grades with the toolkit's own verifier (docs/scaling-out.md).
 
 ``data_source`` is ``vsr/<task>`` (written by ``make_data.py``) and ``extra_info["params"]`` the
 task's parameters; the task is built once per (name, params) and its ``verify`` grades the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-node verl 0.9.1 runs of the toolkit's methods (README "Scaling out"). Usage:
+# One-node verl 0.9.1 runs of the toolkit's methods (docs/scaling-out.md). Usage:
 #   scripts/verl/train.sh METHOD [extra Hydra overrides...]
 # METHOD: grpo (verl's own estimator) | vsr_grpo (the toolkit's GRPO) | vsr (VSR prefix replay)
 #         | extra (GRPO + ExTra novelty) | vsr_extra (both) | replay (GRPO + rollout-level |A| replay)

@@ -1,4 +1,4 @@
-"""verl 0.9.1 plug-ins of the toolkit, loaded by verl's ``verl.plugins`` entry point (README "Scaling out").
+"""verl 0.9.1 plug-ins of the toolkit, loaded by verl's ``verl.plugins`` entry point (docs/scaling-out.md).
 
 ``import verl`` imports this package (entry point ``vsr-toolkit`` of the distribution), which
 registers the advantage estimators of :mod:`.estimators` (``vsr_grpo``, ``vsr_drgrpo``,

@@ -1,4 +1,4 @@
-"""verl's ``cpu`` platform: verl 0.9.1's own trainer on the host CPU (README "Scaling out").
+"""verl's ``cpu`` platform: verl 0.9.1's own trainer on the host CPU (docs/scaling-out.md).
 
 verl 0.9.1's platform layer registers ``nvidia``, ``npu`` and ``amd`` only and falls back to
 ``nvidia`` on a machine without an accelerator (its workers then ask for NCCL). The layer is a

@@ -54,7 +54,7 @@ def verl_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class GroupParams:
-    """``algorithm.vsr.*``: the group z-score's conventions (README "GRPO conventions")."""
+    """``algorithm.vsr.*``: the group z-score's conventions (docs/methods.md, "GRPO conventions")."""
 
     eps: float = GRPO_EPS
     """ε_σ of ``(r − mean)/(std + ε)``."""

@@ -1,4 +1,4 @@
-"""The ``vsr_hf`` rollout: verl 0.9.1's token-in/token-out server on the host CPU (README "Scaling out").
+"""The ``vsr_hf`` rollout: verl 0.9.1's token-in/token-out server on the host CPU (docs/scaling-out.md).
 
 verl 0.9.1's rollout registries name vLLM, SGLang and TensorRT-LLM servers only; none runs in a
 CPU-only verl environment. The toolkit registers ``vsr_hf`` (``actor_rollout_ref.rollout.name=vsr_hf``):

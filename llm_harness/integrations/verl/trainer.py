@@ -1,5 +1,5 @@
 """The ``vsr_sync`` trainer mode: verl's synchronous v1 trainer whose advantage stage hands the
-toolkit's estimators the per-row inputs they declare (README "Scaling out"; ``trainer.v1.trainer_mode=vsr_sync``).
+toolkit's estimators the per-row inputs they declare (docs/scaling-out.md; ``trainer.v1.trainer_mode=vsr_sync``).
 
 verl 0.9.1's ``PPOTrainer._compute_advantage`` fetches a fixed list of fields from TransferQueue
 and calls the estimator with rewards, mask and uid only. ExTra's novelty needs the prompt and

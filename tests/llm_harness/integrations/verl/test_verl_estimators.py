@@ -1,5 +1,5 @@
 """The toolkit's estimators registered with the real verl 0.9.1 equal verl's own formulas and the
-toolkit's functions on the same groups (issues 17 and 19). Runs in ``.venv-verl`` (``make verl-test``)."""
+toolkit's functions on the same groups. Runs in ``.venv-verl`` (``make verl-test``)."""
 
 from __future__ import annotations
 
