@@ -1,4 +1,4 @@
-"""Benchmark: what one agentic update costs on each BabyAI level with a CPU test-bed agent (issue 16 item 4).
+"""Benchmark: what one agentic update costs on each BabyAI level with a CPU test-bed agent.
 
 The agents suite (``vsr compare --suite agents``) runs BabyAI at one level, OneRoomS8, with the shipped
 test-bed agent. This measures whether SynthLoc and MiniBoss fit the same design on this machine:

@@ -1,6 +1,6 @@
 """Is bfloat16 a speed path for the test-bed trainer on this CPU, and how far are its log-probs off?
 
-Reported (issue 14 item 3, "bf16 where the CPU has it and log-probs stay exact enough"):
+Reported (is bf16 worth it where the CPU has it, and do log-probs stay exact enough?):
 
 * the CPU's vector capability as torch sees it (``torch.backends.cpu.get_cpu_capability()``;
   bf16 matmuls run natively only with AVX512-BF16 / AMX, otherwise they are converted);

@@ -1,4 +1,4 @@
-"""Benchmark of the HF generation backend and of exact chunked entropies (issue 4, "Performance").
+"""Benchmark of the HF generation backend and of exact chunked entropies.
 
 Two measurements, each against a baseline run in the same process on the same inputs:
 
@@ -24,8 +24,6 @@ Run: ``python benchmarks/generation.py --quick`` (about a minute on 2 CPU cores)
 
 from __future__ import annotations
 
-import csv
-import io
 import statistics
 import sys
 import time
@@ -35,7 +33,7 @@ from pathlib import Path
 import torch
 
 from llm_harness.backends import HFBackend, HFBackendConfig, SamplingParams, rows_per_chunk
-from vsr.atomic import write_text
+from vsr.atomic import write_csv as atomic_write_csv
 from vsr.config_io import save_config
 
 COLUMNS = ("benchmark", "scenario", "vocab_size", "ours_s", "baseline_s", "ours_tok_per_s", "baseline_tok_per_s",
@@ -261,12 +259,7 @@ def format_table(rows: list[dict]) -> str:
 
 def write_csv(rows: list[dict], path: str | Path) -> Path:
     """Write ``rows`` with ``COLUMNS`` atomically."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS)
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return write_text(path, buf.getvalue())
+    return atomic_write_csv(path, COLUMNS, rows, float_format="%.6g", lineterminator="\r\n")
 
 
 def run(cfg: GenerationBenchConfig) -> int:

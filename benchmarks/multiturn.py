@@ -1,4 +1,4 @@
-"""Benchmark: the batched multi-turn engine vs an episode-at-a-time loop (issue 15, "Performance").
+"""Benchmark: the batched multi-turn engine vs an episode-at-a-time loop.
 
 Both contenders play the same episodes (the first ``episodes`` evaluation seeds of an environment)
 with the same model through the project's episode runner (:func:`llm_harness.trainer.multiturn.play_episodes`,

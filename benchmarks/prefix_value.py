@@ -1,4 +1,4 @@
-"""Benchmark of the prefix-value studies (issue 5, "Performance").
+"""Benchmark of the prefix-value studies.
 
 1. **Shared-prefix batching**: continuation tokens per second of the studies' sampling path
    (``StudyContext.sample``, i.e. the trainer's ``llm_harness.trainer.rollout.sample_groups``:
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import io
 import sys
 import time
@@ -145,7 +144,7 @@ def run(cfg: PrefixValueBenchConfig) -> int:
     import torch
 
     from llm_harness.backends import HFBackend, HFBackendConfig
-    from vsr.atomic import write_text
+    from vsr.atomic import write_csv
     from vsr.config_io import save_config
 
     from prefixvalue.config import StudyConfig
@@ -167,11 +166,7 @@ def run(cfg: PrefixValueBenchConfig) -> int:
         ctx.close()
     if cfg.study_sizes != "none":
         rows += time_studies(backend, backend.tokenizer, cfg, out)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS)
-    w.writeheader()
-    w.writerows(rows)
-    write_text(out / "prefix_value.csv", buf.getvalue())
+    write_csv(out / "prefix_value.csv", COLUMNS, rows, lineterminator="\r\n")
     print(format_table(rows))
     return 0 if rows[0]["meets_target"] else 1
 

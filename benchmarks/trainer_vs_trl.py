@@ -1,4 +1,4 @@
-"""Benchmark: this trainer vs TRL's ``GRPOTrainer`` on the same GRPO run, interleaved (issue 14 item 3).
+"""Benchmark: this trainer vs TRL's ``GRPOTrainer`` on the same GRPO run, interleaved.
 
 Same model, task (step arithmetic), batch (``prompts`` x ``group_size``), sampling (T = 1, top-p 1,
 top-k off, same response budget), loss (token-level DAPO aggregation, clip 0.2 / 0.28, no KL) and
@@ -365,7 +365,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
     from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
     from llm_harness.trainer.entry import build_backend
     from llm_harness.trainer.loop import Trainer
-    from llm_harness.trainer.testing import Recorder
+    from llm_harness.trainer.plugins import StepRecorder
 
     model, tok = _load(path)
     n_steps = cfg.warmup_steps + cfg.steps
@@ -381,7 +381,7 @@ def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool
                       micro_batch_rows=cfg.fast_micro_batch_rows if run_over.get("micro") else 0,
                       **{k: v for k, v in run_over.items() if k != "micro"}),
     )
-    rec = Recorder()
+    rec = StepRecorder()
     backend = build_backend(model, tok, tcfg)
     decode = [0.0]
     real_generate = backend.generate

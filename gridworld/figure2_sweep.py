@@ -198,7 +198,7 @@ def plot_sweep(summary, out: Path) -> None:
 
 def figure2_sweep(cfg: Figure2SweepConfig) -> int:
     """Run the sweep, write its CSVs and figure, print where each picture appears."""
-    from vsr.atomic import atomic_path
+    from vsr.atomic import write_frame_csv
     from vsr.config_io import save_config
 
     runs, curves = run_sweep(cfg)
@@ -207,8 +207,7 @@ def figure2_sweep(cfg: Figure2SweepConfig) -> int:
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "sweep_config.yaml")
     for name, df in (("sweep.csv", runs), ("sweep_curves.csv", curves), ("sweep_summary.csv", summary)):
-        with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False, float_format="%.6g")
+        write_frame_csv(out / name, df, float_format="%.6g")
     plot_sweep(summary, out)
     print(f"    {len(runs)} runs; mu0 ranges {runs.mu0.min():.2f}..{runs.mu0.max():.2f} (paper's picture needs < 0.5)")
     print(f"    paper's picture (mu0 < 0.5 and walk-back > {cfg.threshold:g}): {int(runs.paper_picture.sum())} of {len(runs)} runs")

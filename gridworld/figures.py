@@ -165,7 +165,7 @@ def figure2(cfg: Figure2Config) -> int:
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from vsr.atomic import atomic_path, save_figure
+    from vsr.atomic import save_figure, write_frame_csv
     from vsr.config_io import save_config
 
     snaps = tuple(sorted(set(cfg.snapshots)))
@@ -191,8 +191,7 @@ def figure2(cfg: Figure2Config) -> int:
     curves = curve_table(traces)
     curr_all = pd.DataFrame(curr_rows)
     for name, df in (("curves.csv", curves), ("curriculum.csv", curr_all), ("heatmaps.csv", pd.DataFrame(heat_rows)), ("variance.csv", variance_table(traces))):
-        with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False, float_format=CSV_FLOAT_FORMAT)
+        write_frame_csv(out / name, df, float_format=CSV_FLOAT_FORMAT)
 
     curr = curr_all[curr_all["regime"] == "default"]
     J_of = dict(zip(curr["update"], curr["J"]))
@@ -273,7 +272,7 @@ def compare(cfg: CompareConfig) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import atomic_path, save_figure, write_text
+    from vsr.atomic import save_figure, write_frame_csv, write_text
     from vsr.config_io import save_config
 
     traces = run_comparison(cfg.pg, progress=cfg.progress)
@@ -282,8 +281,7 @@ def compare(cfg: CompareConfig) -> int:
     save_config(cfg, out / "config.yaml")
     curves, var = curve_table(traces), variance_table(traces)
     for name, df in (("curves.csv", curves), ("variance.csv", var)):
-        with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False, float_format=CSV_FLOAT_FORMAT)
+        write_frame_csv(out / name, df, float_format=CSV_FLOAT_FORMAT)
     lines = ["# Gridworld policy-gradient comparison", "", f"{len(cfg.pg.seeds)} seeds x {cfg.pg.updates} updates, {cfg.pg.states_per_update} states per update, {cfg.pg.optimizer} lr {cfg.pg.lr}.", ""]
     lines += ["| method | final J (mean over seeds) | mean J, last 20 updates | vs on_policy (paired, 95% CI) | exact V at update 0 | measured V at update 0 (mean over seeds) |", "|---|---|---|---|---|---|"]
     for m in cfg.pg.methods:

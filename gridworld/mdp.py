@@ -24,8 +24,8 @@ stage-indexed arrays over the base states:
   ``s`` at stage ``t`` (``p[H] = 0`` off the terminals; ``p[t, g] = terminal_reward[g]``),
 
 and the VSR quantities (``d^π``, ``σ``, ``μ_var``, ``μ_ε``) are defined on the time-augmented
-space ``(s, t)``, ``t < H``; see :mod:`gridworld.augmented` for flattening and for the
-``d``-weighted marginals over cells used by heatmaps.  Policies may be stationary ``pi[s, a]``
+space ``(s, t)``, ``t < H``; :func:`gridworld.curriculum.cell_marginals` gives their
+marginals over cells (``σ`` ``d``-weighted) used by heatmaps.  Policies may be stationary ``pi[s, a]``
 or stage-dependent ``pi[t, s, a]`` (SVMD, VSR Algorithm 2).
 
 Index arrays are ``int32`` (so the same arrays can be handed to ``scipy.sparse`` without a copy

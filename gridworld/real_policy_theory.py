@@ -1,4 +1,4 @@
-"""VSR Appendix B evaluated exactly on a real policy in a tabular MDP (issue 3, item 3).
+"""VSR Appendix B evaluated exactly on a real policy in a tabular MDP.
 
 One call: :func:`appendix_b_report` ``(mdp, pi) -> TheoryReport`` solves the MDP exactly and
 evaluates every Appendix B quantity.  For a tabular softmax policy (the default, ``g=None``) the

@@ -36,9 +36,7 @@ number as :func:`gridworld.exact.solve` ``(mdp, pi).J`` (tested).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,15 +367,6 @@ def run_sweeps(cfg: SVMDConfig) -> list[dict]:
     return rows
 
 
-def rows_to_csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    for row in rows:
-        w.writerow({k: (CSV_FLOAT_FORMAT % float(v) if isinstance(v, float) else v) for k, v in row.items()})
-    return buf.getvalue()
-
-
 def _agg(rows, setting, sweep, critic, key):
     xs = sorted({r[key] for r in rows if r["setting"] == setting and r["sweep"] == sweep and r["critic"] == critic})
     out = []
@@ -438,14 +427,14 @@ def plot(rows: list[dict], cfg: SVMDConfig, out: Path) -> list[Path]:
 
 def run(cfg: SVMDConfig) -> int:
     """``vsr gridworld svmd``: run the sweeps, write ``svmd.csv``, the figure and ``config.yaml``."""
-    from vsr.atomic import write_text
+    from vsr.atomic import write_csv
     from vsr.config_io import save_config
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")
     rows = run_sweeps(cfg)
-    write_text(out / "svmd.csv", rows_to_csv(rows))
+    write_csv(out / "svmd.csv", FIELDS, rows, float_format=CSV_FLOAT_FORMAT)
     plot(rows, cfg, out)
     return 0
 

@@ -268,10 +268,9 @@ def _save_png(fig, out: Path, stem: str) -> None:
 
 
 def _write_csv(df, path: Path) -> None:
-    from vsr.atomic import atomic_path
+    from vsr.atomic import write_frame_csv
 
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
+    write_frame_csv(path, df)
 
 
 def plot_pass_rates(table, stats: list[dict[str, Any]], samples: int, out: Path) -> None:

@@ -1,4 +1,4 @@
-"""Selecting a hard-prompt pool like the VSR paper's hard subset (issue 13 item 1; VSR §4.1, App. D.2).
+"""Selecting a hard-prompt pool like the VSR paper's hard subset (VSR §4.1, App. D.2).
 
 The paper trains on a small set of hard prompts: problems sampled many times under the starting
 policy, kept when at most one sample succeeds. :func:`select_pool` does the same on any task: from

@@ -1,4 +1,4 @@
-"""Incremental, resumable result storage of a study (issue 5 "Bad input": interrupted runs).
+"""Incremental, resumable result storage of a study (interrupted runs resume).
 
 Layout of a study's output folder::
 

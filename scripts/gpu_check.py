@@ -1,4 +1,4 @@
-"""GPU check of the generation backend and the test-bed model (issue 4 item 4); run by gpu_check.sh.
+"""GPU check of the generation backend and the test-bed model; run by gpu_check.sh.
 
 Needs only torch (with CUDA) and transformers (+ numpy, which transformers brings); nothing is
 downloaded: the models are the shipped test-bed checkpoints and random Qwen2 models built from a

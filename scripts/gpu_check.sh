@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issues 4-7, 15-17, 36): one short run over every GPU path, on a CUDA machine with torch + transformers
+# GPU check: one short run over every GPU path, on a CUDA machine with torch + transformers
 # (nothing downloaded). Phase 1 runs alone so that its timings are not shared with anything:
 #   contract   scripts/gpu_check.py: the backend contract on the GPU without pytest, and HFBackend.generate on the
 #              test-bed model at large batch (512 prompts x 8 samples) against plain model.generate (gpu_check.json).
@@ -13,7 +13,7 @@
 #   agents     vsr eval --env sokoban (and babyai with minigrid), then GiGPO + VSR training with stop + resume;
 #   recipes    the GPU agent recipes resolve, and two reduced updates of the VSR + GiGPO recipe on
 #              Qwen2.5-1.5B-Instruct when it is in the local Hugging Face cache;
-#   verl       verl 0.9.1 (issue 17): a 2-step smoke of each method of scripts/verl/train.sh on the test-bed model,
+#   verl       verl 0.9.1: a 2-step smoke of each method of scripts/verl/train.sh on the test-bed model,
 #              when verl and vLLM are importable by VERL_PYTHON (default $PY); skipped, and said so, otherwise.
 # Usage: scripts/gpu_check.sh [OUT_DIR]      (default: $OUT, else ${TMPDIR:-/tmp}/gpu_check)
 # Env:   PYTHON (interpreter; default python3), GPU_CHECK_ARGS (extra arguments for gpu_check.py),
@@ -75,15 +75,15 @@ step_backend() {  # the pytest backend suite on the GPU (vLLM tests skip without
         --ignore=tests/llm_harness/backends/test_vllm_commands.py --junitxml="$OUT_DIR/backend_tests.xml"
 }
 
-step_train() {  # GRPO and every method plug-in composed on CUDA, then a stop + resume (issues 6, 7)
+step_train() {  # GRPO and every method plug-in composed on CUDA, then a stop + resume
     timeout 240 "$PY" scripts/gpu_check_train.py --out "$OUT_DIR/train" --steps 20
 }
 
-step_study() {  # a prefix-value study with the HF backend on CUDA (issue 5), quick size
+step_study() {  # a prefix-value study with the HF backend on CUDA, quick size
     timeout 240 "$PY" -m prefixvalue "${STUDY:-sigma-validation}" --quick --device cuda --no-progress --out "$OUT_DIR/study"
 }
 
-step_vllm() {  # the same in-process weight-transfer path as on the CPU (issue 36)
+step_vllm() {  # the same in-process weight-transfer path as on the CPU
     if ! "$PY" -c 'import vllm' 2>/dev/null; then echo "skipped: vllm is not importable by $PY"; return 0; fi
     timeout 240 "$PY" -m vsr train --config configs/testbed_grpo.yaml --steps 3 --model.backend vllm --model.device cuda \
       --validation.every 3 --validation.n-problems 16 --validation.k 2 --out "$OUT_DIR/vllm_train" \
@@ -92,7 +92,7 @@ step_vllm() {  # the same in-process weight-transfer path as on the CPU (issue 3
 }
 
 step_agents() {  # the batched multi-turn engine (vsr eval --env), then GiGPO + VSR over interaction states on
-    # Sokoban with a stop + resume, on a random text-alphabet model (issues 15, 16)
+    # Sokoban with a stop + resume, on a random text-alphabet model
     local args=(--model.random-init --model.alphabet text --model.max-context 768 --model.hidden-size 64
                 --model.num-layers 2 --model.device "${AGENT_DEVICE:-cuda}")
     timeout 120 "$PY" -m vsr eval --env sokoban "${args[@]}" --n-problems 32 --k 4 --out "$OUT_DIR/agent_eval" || return $?
@@ -116,7 +116,7 @@ YAML
       && timeout 150 "$PY" -m vsr train --config "$OUT_DIR/agent_train.yaml" "${args[@]}" --run.resume true
 }
 
-step_recipes() {  # issue 16 item 5: Qwen2.5-1.5B-Instruct, batch 32, G 8, lr 1e-6, 256-token replies, rho 0.3, W 5
+step_recipes() {  # the agentic GPU recipes: Qwen2.5-1.5B-Instruct, batch 32, G 8, lr 1e-6, 256-token replies, rho 0.3, W 5
     "$PY" - <<'PYEOF' || return $?
 from pathlib import Path
 from llm_harness.trainer.config import TrainConfig

@@ -1,4 +1,4 @@
-"""GPU check of the trainer (issues 6 and 7): train the test-bed 'mid' checkpoint on CUDA with GRPO and
+"""GPU check of the trainer: train the test-bed 'mid' checkpoint on CUDA with GRPO and
 with every method plug-in composed (VSR + ExTra + |A| replay), then resume the composed run; and the lean bf16
 step (``lean_bf16``: each group's prompt once, fused AdamW, inverse-CDF sampler, static decode, micro-batches,
 ``run.precision bf16`` with its rollout correction), checking its memory record (CUDA peak allocated per phase),

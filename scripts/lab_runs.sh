@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The allocation lab's committed runs (issue 38): figures/lab/<bed>/ for the test bed's `low` checkpoint on the VSR
+# The allocation lab's committed runs: figures/lab/<bed>/ for the test bed's `low` checkpoint on the VSR
 # pool, the `mid` checkpoint on the normal split, and SmolLM2-135M-Instruct on the arithmetic ladder (vLLM on the CPU).
 # Usage: scripts/lab_runs.sh [low|mid|replay|real ...]   (default: low mid real, in that order)
 # Resumable: rerun the same command and every finished step (probe, references, allocations) is kept.

@@ -1,4 +1,4 @@
-"""Layers only import downward: no import cycle between modules, none between packages (issue 40).
+"""Layers only import downward: no import cycle between modules, none between packages.
 
 The graph is read from the source (``ast``), imports inside functions included, annotation-only imports
 (``if TYPE_CHECKING:``) and a module's import of its own parent package left out (Python runs the parent
@@ -172,3 +172,20 @@ def test_compare_layers_import_only_downward():
     assert sorted(set(modules) - set(layer)) == [], "a compare module missing from COMPARE_LAYERS"
     upward = [f"{m} -> {t}" for m in modules for t in edges[m] if t in layer and layer[t] > layer[m]]
     assert upward == [], "\n".join(upward)
+
+
+def test_production_code_imports_no_test_support():
+    """The packages never import a module that lives under ``tests/`` (the test folders' helpers, imported there by
+    their bare names: ``trainer_support``, ``concentration``, ``gw_oracle`` ...) nor the ``tests`` folder itself."""
+    support = {p.stem for p in (ROOT / "tests").rglob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py"}
+    found = []
+    for m, p in _modules().items():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{m} -> {n}" for n in names if n.split(".")[0] in support | {"tests"}]
+    assert found == [], "\n".join(found)

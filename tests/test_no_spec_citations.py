@@ -1,4 +1,4 @@
-"""No module cites "SPEC §…" or "STYLE rule …" (issue 40).
+"""No module cites "SPEC §…" or "STYLE rule …".
 
 SPEC and STYLE were working notes outside the repository, so a user cannot follow such a citation. Cite the
 papers instead (e.g. "VSR App. B, Lemma B.1", "Replay §3, Eq. 1", "ExTra §5.6") or documentation

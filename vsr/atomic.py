@@ -6,12 +6,15 @@ A crash mid-write leaves the previous file intact instead of a truncated one.
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
+import io
 import json
+import numbers
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 
 #: ``errno`` values of a full disk or an exhausted quota
@@ -98,6 +101,75 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> Path:
 #: floats in committed CSV files: 12 significant digits, so a result that moves only in its last bits between machines
 #: or thread schedules (a parallel reduction's summation order) writes the same bytes (``make figures`` reproduces them)
 CSV_FLOAT_FORMAT = "%.12g"
+
+
+def _csv_field(value: Any, float_format: str | None, na_rep: str | None) -> str:
+    """One CSV field's text: ``None`` empty, a string as it is, a float (Python's or NumPy's) through ``float_format``
+    (``str`` without one) and NaN as ``na_rep`` (``None``: as the float formats it, ``nan``), anything else ``str``."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        if na_rep is not None and value != value:
+            return na_rep
+        return float_format % value if float_format else str(value)
+    return str(value)
+
+
+def csv_text(header: Sequence[Any] | None, rows: Iterable[Sequence[Any] | Mapping[str, Any]], *,
+             float_format: str | None = None, na_rep: str | None = None, lineterminator: str = "\n",
+             ignore_extra: bool = False) -> str:
+    """``rows`` (after ``header``, when given) as CSV text through Python's :mod:`csv` module: a field holding a comma,
+    a quote or a line break is quoted and its quotes doubled, so every field reads back as written.
+
+    A row is a sequence of fields, or a mapping read in ``header``'s order (a missing key is an empty field; a key
+    outside the header is a ``ValueError`` unless ``ignore_extra``). Fields are formatted by type: ``None`` empty,
+    floats through ``float_format`` (e.g. :data:`CSV_FLOAT_FORMAT`; ``str`` without one), NaN as ``na_rep`` when it is
+    given, anything else with ``str``. Lines end with ``lineterminator``."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator=lineterminator)
+    names = list(header) if header is not None else None
+    if names is not None:
+        writer.writerow([str(h) for h in names])
+    known = set(names or ())
+    for row in rows:
+        if isinstance(row, Mapping):
+            if names is None:
+                raise ValueError("csv rows given as mappings need a header")
+            extra = [k for k in row if k not in known]
+            if extra and not ignore_extra:
+                raise ValueError(f"csv row has keys outside the header: {extra}")
+            row = [row.get(k) for k in names]
+        writer.writerow([_csv_field(v, float_format, na_rep) for v in row])
+    return buf.getvalue()
+
+
+def write_csv(path: str | os.PathLike, header: Sequence[Any] | None, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
+              **fmt: Any) -> Path:
+    """Atomically write ``rows`` as a CSV file (UTF-8, line ends as given): the one CSV writer of the toolkit; ``fmt``
+    are :func:`csv_text`'s keywords (``float_format``, ``na_rep``, ``lineterminator``, ``ignore_extra``)."""
+    text = csv_text(header, rows, **fmt)
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def write_frame_csv(path: str | os.PathLike, frame: Any, *, float_format: str | None = None) -> Path:
+    """Atomically write a pandas ``DataFrame`` through :func:`write_csv`, formatted as ``frame.to_csv(index=False,
+    float_format=float_format)`` formats it: the columns' names as the header, float columns through
+    ``float_format`` (``str`` without one), missing values (NaN, ``None``) empty, every other value with ``str``."""
+    import pandas as pd
+
+    columns = []
+    for i in range(frame.shape[1]):
+        values = frame.iloc[:, i].to_numpy()
+        missing = pd.isna(values)
+        if values.dtype.kind == "f":
+            columns.append(["" if m else (float_format % v if float_format else str(v)) for v, m in zip(values, missing)])
+        else:
+            columns.append(["" if m else v for v, m in zip(values, missing)])
+    return write_csv(path, list(frame.columns), zip(*columns) if columns else [])
 
 #: the file beside a result that holds its wall-clock numbers (and other measurements of the machine, such as peak
 #: memory): they differ on every run, so they stay out of the committed result, which ``make figures`` then rewrites

@@ -17,7 +17,8 @@ import numpy as np
 
 from llm_harness.compare.stats import finite
 from theory.metrics.paired import paired_contrast
-from vsr.atomic import read_json, save_figure, write_text
+from vsr.atomic import read_json, save_figure
+from vsr.atomic import write_csv as atomic_write_csv
 
 __all__ = ["arm_label", "curve_arms", "curve_rows", "figures_from_summary", "final_rows", "fmt_diff", "fmt_interval", "fmt_p",
            "fmt_pct", "forest", "forest_width", "moving_mean", "quiet", "ref_name", "suite_figures", "write_csv"]
@@ -52,13 +53,13 @@ def ref_name(suite: Any) -> str:
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    def cell(x: Any) -> str:
+    """A report table as CSV (:func:`vsr.atomic.write_csv`): floats at 6 significant digits, non-finite ones empty."""
+    def cell(x: Any) -> Any:
         if isinstance(x, float):
             return "" if not math.isfinite(x) else f"{x:.6g}"
-        s = str(x)
-        return f'"{s}"' if ("," in s or '"' in s) else s
+        return x
 
-    write_text(path, "\n".join([",".join(header)] + [",".join(cell(x) for x in r) for r in rows]) + "\n")
+    atomic_write_csv(path, header, [[cell(x) for x in r] for r in rows])
 
 
 def forest_width(labels: Sequence[str]) -> float:

@@ -254,7 +254,7 @@ def _readable_records_roots(cfg: CompareConfig) -> list[Path]:
 
 def make_curriculum_figure(out_dir: Any, quick: bool = False) -> int:
     """``make figures`` entry: suite ``vsr_regime_small`` (``--quick``: smoke sizes) into ``out_dir``, whose
-    ``curriculum_sparse.png`` is VSR's reverse curriculum on the test bed (issue 13 item 2)."""
+    ``curriculum_sparse.png`` is VSR's reverse curriculum on the test bed."""
     # records off: `make figures` regenerates the figure rather than restoring the committed runs; so the timings,
     # which differ on every run, go to the uncommitted timings.json and the committed report reproduces byte for byte
     return run(CompareConfig(suite="vsr_regime_small", out=Path(out_dir), quick=quick, workers=2, records=False,

@@ -1,4 +1,4 @@
-"""Comparison suites: which methods, in which regimes (issue 7 item 5).
+"""Comparison suites: which methods, in which regimes.
 
 A :class:`Suite` is a list of :class:`Method` (a label and a config file in ``configs/``) and of
 :class:`Regime` (config overrides applied to every method, plus overrides applied only to
@@ -244,7 +244,7 @@ register_suite(
 )
 
 
-#: the VSR-regime arms (issue 13 item 1), in report order
+#: the VSR-regime arms, in report order
 _REGIME_METHODS = (
     Method("grpo", "regime_grpo.yaml", "GRPO (paper's recipe: zero-variance groups kept, 2 mini-batches)"),
     Method("vsr", "regime_vsr.yaml", "VSR", "vsr", token_claim=_VSR_TOKENS),

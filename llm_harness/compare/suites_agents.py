@@ -1,4 +1,4 @@
-"""The agentic comparison suite ``vsr compare --suite agents`` (issue 16 item 4; VSR §4.2–4.3, App. D.3–D.5).
+"""The agentic comparison suite ``vsr compare --suite agents`` (VSR §4.2–4.3, App. D.3–D.5).
 
 GiGPO (the reference) vs VSR + GiGPO vs the VSR paper's agentic ablations, on the shipped CPU
 test-bed Sokoban agent ``mid`` (``llm_harness/testbed/checkpoints/sokoban/mid``: most of its groups all-fail from the

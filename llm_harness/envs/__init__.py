@@ -1,4 +1,4 @@
-"""Text environments for multi-turn agents (issue 15 items 1-2; VSR App. D.3).
+"""Text environments for multi-turn agents (VSR App. D.3).
 
 ``make_env(name, **params)`` builds a registered environment (:data:`ENVS`): ``"sokoban"``
 (verl-agent's 6x6 one-box setting, own generator with BFS certificates) and ``"babyai"`` (the

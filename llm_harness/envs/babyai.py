@@ -1,4 +1,4 @@
-"""BabyAI levels of the VSR paper through ``minigrid`` 3.x, as text (issue 15 item 2).
+"""BabyAI levels of the VSR paper through ``minigrid`` 3.x, as text.
 
 Levels (:data:`BABYAI_LEVELS`): ``SynthLoc`` (``BabyAI-SynthLoc-v0``), ``OneRoomS8``
 (``BabyAI-OneRoomS8-v0``) and ``MiniBoss`` (``BabyAI-MiniBossLevel-v0``). ``minigrid`` is an

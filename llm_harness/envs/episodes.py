@@ -1,5 +1,5 @@
 """The episode runner: whole episodes played by a policy model, all active episodes batched per turn
-(issue 15 items 3, 5; the one implementation behind the trainer's ``multiturn`` collector, ``vsr eval
+(the one implementation behind the trainer's ``multiturn`` collector, ``vsr eval
 --env``, the test-bed agents' cards and continuation curves, and ``benchmarks/multiturn.py``).
 
 One turn::

@@ -1,4 +1,4 @@
-"""The text a policy reads at each turn of an episode (VSR App. D.3; issue 15 item 3).
+"""The text a policy reads at each turn of an episode (VSR App. D.3).
 
 One format for the multi-turn rollout engine, the CPU test-bed agents' SFT data and evaluation,
 so the policy trained on demonstrations sees at training time exactly what it sees when acting::

@@ -1,4 +1,4 @@
-"""Text Sokoban in verl-agent's setting: a 6x6 room, one box, at most 15 steps (issue 15 item 2).
+"""Text Sokoban in verl-agent's setting: a 6x6 room, one box, at most 15 steps.
 
 **Why our own generator, not gym-sokoban.** gym-sokoban 0.0.6 (2019) is written against the old
 ``gym`` API (4-tuple ``step``, ``seed()``), draws rooms from Python's global ``random`` module

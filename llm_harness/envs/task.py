@@ -1,4 +1,4 @@
-"""A text environment as a trainer task: episodes from seeds (issue 15 item 3; VSR App. D.3).
+"""A text environment as a trainer task: episodes from seeds (VSR App. D.3).
 
 ``get_task("env", env="sokoban", env_params={...}, n_train=..., window=...)`` gives a
 :class:`~llm_harness.tasks.base.Task` whose problems are *episodes*: problem ``sokoban/s123`` is the

@@ -1,4 +1,4 @@
-"""The three papers' methods as trainer plug-ins (VSR Alg. 1, Replay Alg. 1, ExTra §4; issue 7).
+"""The three papers' methods as trainer plug-ins (VSR Alg. 1, Replay Alg. 1, ExTra §4).
 
 Importing this package registers them in :data:`llm_harness.trainer.plugins.PLUGINS` (the
 trainer imports it before looking plug-ins up):

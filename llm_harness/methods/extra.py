@@ -11,7 +11,7 @@ prompt's memory ``Φ(x)`` of recent correct-response embeddings plus the embeddi
 correct samples of the group (``max ∅ = 0``); incorrect samples get 0. Then
 ``Â = Â_estimator + γ r_int`` (``normalization: post``, eq. 2) or ``Â = estimator(R + γ r_int)``
 (``pre``, App. D.1). ``Φ(x)`` keeps the ``memory_size`` most recent correct embeddings (App. B.3).
-The signal is a ``NOVELTY_SIGNALS`` entry: an embedder of :mod:`~llm_harness.methods.embedders`
+The signal is a ``NOVELTY_SIGNALS`` entry: an embedder of :mod:`~llm_harness.embedders`
 (``policy_hidden``, ``ngram4``, ``minilm``) or ``surprise`` (below). Bonuses are stored in
 ``group.info["extra_novelty"]``.
 

@@ -32,7 +32,7 @@ Ablations by configuration (no separate code paths in the trainer):
   buffer are scored by the Monte-Carlo variance of ``oracle_samples`` continuations each (those
   tokens are added to the step's generated-token count), then drawn ∝ that variance.
 
-**Agents** (multi-turn groups of the ``multiturn`` collector; VSR §3.2 agentic, issue 16): the same
+**Agents** (multi-turn groups of the ``multiturn`` collector; VSR §3.2 agentic): the same
 plug-in replays *interaction states*. From each fresh episode group with a success, the first
 successful episode (``L`` turns) contributes the states before its turns ``i = 1 .. L−1`` — the
 serialized history of the turns before ``i`` plus the environment snapshot — scored with the same σ̂
@@ -181,7 +181,7 @@ CURRICULUM_BINS = 5
 def curriculum_metrics(step: int, groups: Sequence[RolloutGroup], bins: int = CURRICULUM_BINS) -> dict[str, float]:
     """Per α-bin counts of this step's replayed groups: ``vsr_alpha_b{k}_groups`` (drawn),
     ``_mixed`` (both outcomes present) and ``_success`` (summed success rates) — the reverse
-    curriculum as scalars a run log keeps (issue 13 item 2: where the replayed states sit and where
+    curriculum as scalars a run log keeps (where the replayed states sit and where
     their groups carry signal; ``_success / _groups`` is the success-vs-α curve of the current policy,
     measured on states VSR chose, so weighted toward its score)."""
     n = np.zeros(bins)
@@ -469,7 +469,7 @@ class VSRPlugin(StartStateSource, StepHook):
     def _proxy_agreement(self, keys, traj_idx, pos_idx, cand: np.ndarray, var: np.ndarray) -> dict[str, float]:
         """Spearman correlation of the oracle's Monte-Carlo variance with the zero-cost scores of the
         same candidates: the linear σ̂ and the calibrated σ̂ (curve fitted from the replayed outcomes so
-        far) — issue 13 item 3, "against the oracle score in training". nan when either side is constant."""
+        far), i.e. against the oracle score in training. nan when either side is constant."""
         from scipy.stats import spearmanr
 
         lin, cal = [], []

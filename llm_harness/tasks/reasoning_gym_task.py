@@ -1,4 +1,4 @@
-"""Adapter for any reasoning-gym dataset (issue 4; verification as in :mod:`llm_harness.tasks.base`).
+"""Adapter for any reasoning-gym dataset (verification as in :mod:`llm_harness.tasks.base`).
 
 ``get_task("reasoning_gym", dataset="chain_sum", params={"min_terms": 2}, size=1000, seed=0)``
 builds ``reasoning_gym.create_dataset(dataset, size=size, seed=seed, **params)`` and exposes its

@@ -1,4 +1,4 @@
-"""Step arithmetic: the CPU test-bed task (issue 4; cold start as in VSR §3.2).
+"""Step arithmetic: the CPU test-bed task (cold start as in VSR §3.2).
 
 A problem is a chain of additions and subtractions over ``0..max_value`` (default 99) whose
 running value stays in ``0..max_value`` after every operation, e.g.::

@@ -1,7 +1,7 @@
 """The CPU test bed: a character-level tokenizer and a ~1M-parameter Qwen2 trained by SFT on step
-arithmetic, shipped as ``save_pretrained`` checkpoints (issue 4 item 3), and the same
+arithmetic, shipped as ``save_pretrained`` checkpoints, and the same
 kind of model trained on expert demonstrations of a text environment (the agent test beds,
-``agents.py``, shipped under ``checkpoints/<family>/``; issue 15 item 5).
+``agents.py``, shipped under ``checkpoints/<family>/``).
 
 * :func:`load_testbed` / :func:`shipped_checkpoint` — load a checkpoint (``from_pretrained``).
 * :func:`build_tokenizer`, :func:`make_model` — a fresh tokenizer and model.

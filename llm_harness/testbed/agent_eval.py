@@ -1,5 +1,5 @@
 """Success of a test-bed agent over the fixed evaluation seeds, from the initial state and from
-intermediate states of the expert episode (issue 15 item 5; the VSR paper's protocol, D.3).
+intermediate states of the expert episode (the VSR paper's protocol, App. D.3).
 
 Episodes are played by the episode runner (:func:`llm_harness.envs.episodes.run_episodes`) on the
 project's HF backend (``share_prefix`` on: every prompt starts with the environment's

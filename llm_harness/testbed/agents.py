@@ -1,5 +1,5 @@
 """CPU test-bed agents: environment families, the evaluation and training seeds, and the SFT
-demonstrations (issue 15 item 5).
+demonstrations.
 
 A test-bed agent is the arithmetic test bed's kind of model (a ~1M-parameter Qwen2 with a
 character tokenizer, ``model.py`` / ``tokenizer.py``) trained by the same deterministic SFT loop

@@ -1,5 +1,5 @@
-"""``vsr testbed build``: train a test-bed model from scratch and save its checkpoints (issue 4
-item 3; agent families: issue 15 item 5).
+"""``vsr testbed build``: train a test-bed model from scratch and save its checkpoints (step
+arithmetic or an agent family).
 
 ``--family`` (:data:`FAMILIES`) picks what is trained: ``arith`` (the default: step arithmetic,
 shipped as ``checkpoints/{low,mid,high}``) or an agent family of

@@ -1,4 +1,4 @@
-"""Accuracy of a test-bed checkpoint by number of terms, with confidence intervals (issue 4 item 3).
+"""Accuracy of a test-bed checkpoint by number of terms, with confidence intervals.
 
 ``vsr testbed eval --model PATH`` runs :func:`evaluate`. Sampling and grading are the trainer's
 evaluation sampler (:func:`llm_harness.trainer.evaluation.sample_and_verify`, the one evaluator of

@@ -1,4 +1,4 @@
-"""The test-bed agents' continuation curves for ``make figures`` (issue 15 item 5).
+"""The test-bed agents' continuation curves for ``make figures``.
 
 ``make_agent_figures(out_dir, quick)`` reads the cards of the shipped agent checkpoints
 (``checkpoints/<family>/<name>/card.json``; nothing is re-run, so it takes a second) and writes,
@@ -11,7 +11,6 @@ mostly all-fail at α = 0 and mixed at intermediate α.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from vsr.atomic import read_json
@@ -49,7 +48,7 @@ def make_agent_figures(out_dir: Path, quick: bool = False, checkpoint_dir: Path 
 
     from llm_harness.testbed.agents import AGENT_FAMILIES
     from llm_harness.testbed.paths import CHECKPOINT_DIR
-    from vsr.atomic import atomic_path, save_figure
+    from vsr.atomic import save_figure, write_csv
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -59,10 +58,7 @@ def make_agent_figures(out_dir: Path, quick: bool = False, checkpoint_dir: Path 
         rows = continuation_rows(checkpoint_dir, family)
         if not rows:
             continue
-        with atomic_path(out_dir / f"continuation_{family}.csv") as tmp, open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(out_dir / f"continuation_{family}.csv", CURVE_COLUMNS, rows, lineterminator="\r\n")
         fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.5, 4.0))
         names = list(dict.fromkeys(r["checkpoint"] for r in rows))
         for name in names:

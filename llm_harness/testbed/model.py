@@ -1,4 +1,4 @@
-"""The test-bed causal LM: a ~1M-parameter Qwen2 built from a config, and loading (issue 4 item 3).
+"""The test-bed causal LM: a ~1M-parameter Qwen2 built from a config, and loading.
 
 The model is a stock ``transformers`` ``Qwen2ForCausalLM`` (nothing custom), so a checkpoint
 saved with ``save_pretrained`` loads through the same ``AutoModelForCausalLM.from_pretrained``

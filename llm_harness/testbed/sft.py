@@ -1,4 +1,4 @@
-"""Supervised fine-tuning of the test-bed model on expert step-arithmetic solutions (issue 4 item 3).
+"""Supervised fine-tuning of the test-bed model on expert step-arithmetic solutions.
 
 Cold start from expert text as in VSR §3.2 / App. D.2: each training sequence is the rendered prompt, the
 expert solution, then ``<eos>`` (``task.expert_text(problem) + eos``); the loss is the mean

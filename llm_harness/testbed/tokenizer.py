@@ -1,4 +1,4 @@
-"""Character-level tokenizer of the test bed (issue 4 item 3, issue 15 item 5).
+"""Character-level tokenizer of the test bed (arithmetic and agents).
 
 One token per character of an alphabet plus four special tokens. The arithmetic test bed uses the
 step-arithmetic alphabet (:data:`llm_harness.tasks.ALPHABET`, 19 symbols; 23 ids in all), the

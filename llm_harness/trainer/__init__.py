@@ -1,4 +1,4 @@
-"""GRPO trainer with plug-in points (GRPO as in Replay §3 and App. A; issue 6).
+"""GRPO trainer with plug-in points (GRPO as in Replay §3 and App. A).
 
 Layers (each importable on its own):
 

@@ -1,4 +1,4 @@
-"""Learning curve of one agent training run (issue 15 "Done when": a committed short run with its curve).
+"""Learning curve of one agent training run (a committed short run with its curve).
 
 :func:`plot_agent_run` reads a run directory's ``metrics.jsonl`` and draws, against updates, the
 held-out success over the fixed evaluation seeds (the trainer's agent validation, with its 95 %
@@ -9,8 +9,6 @@ episodes' success from initial states, and the fraction of success-mixed groups.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,7 +25,7 @@ def plot_agent_run(run_dir: str | Path, out_dir: str | Path, *, title: str, base
     import matplotlib.pyplot as plt
 
     from llm_harness.trainer.runlog import read_metrics
-    from vsr.atomic import save_figure, write_text
+    from vsr.atomic import save_figure, write_csv, write_text
 
     rows = read_metrics(Path(run_dir) / "metrics.jsonl")
     if not rows:
@@ -43,11 +41,7 @@ def plot_agent_run(run_dir: str | Path, out_dir: str | Path, *, title: str, base
                          "val_success": float(base["success"]), "val_ci_low": float(base["ci_low"]),
                          "val_ci_high": float(base["ci_high"])})
     out = Path(out_dir)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(table[0]))
-    w.writeheader()
-    w.writerows(table)
-    write_text(out / "curve.csv", buf.getvalue())
+    write_csv(out / "curve.csv", list(table[0]), table, lineterminator="\r\n")
     val = [t for t in table if t["val_success"] == t["val_success"]]
     tr = [t for t in table if t["train_success_fresh"] == t["train_success_fresh"]]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))

@@ -1,4 +1,4 @@
-"""Atomic, verifiable training checkpoints that load without running code from them (issues 6 and 20).
+"""Atomic, verifiable training checkpoints that load without running code from them.
 
 Layout under ``run_dir/checkpoints`` (format 2)::
 

@@ -242,7 +242,7 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Multi-turn episodes (``algo.collector: multiturn`` with an ``env`` task; issue 15)."""
+    """Multi-turn episodes (``algo.collector: multiturn`` with an ``env`` task)."""
 
     turn_tokens: int = 8
     """Token budget of one turn's reply (the action)."""
@@ -312,7 +312,7 @@ class ValidationConfig:
     top_p: float | None = None
     """Nucleus mass of the evaluation; unset: the protocol's, else 1."""
     diversity_embedder: str = "ngram4"
-    """Embedder of the LogDet diversity (registry ``llm_harness.methods.embedders.EMBEDDERS``). Default
+    """Embedder of the LogDet diversity (registry ``llm_harness.embedders.EMBEDDERS``). Default
     ``ngram4``: hashed token-4-gram counts, offline and the same for every run, so values compare across
     methods and steps (the paper uses MiniLM sentence embeddings: ``minilm``, needs the ``embed`` extra).
     ``policy_hidden`` embeds with the policy being trained, so its values drift with training."""

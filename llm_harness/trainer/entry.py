@@ -1,4 +1,4 @@
-"""Entry points: ``train(cfg)`` for ``vsr train`` and ``evaluate(cfg)`` for ``vsr eval`` (issue 6).
+"""Entry points: ``train(cfg)`` for ``vsr train`` and ``evaluate(cfg)`` for ``vsr eval``.
 
 ``train`` validates the config (and its registry names) before any work, writes the resolved
 config to ``run_dir/config.yaml``, builds model, tokenizer, backend and task, optionally resumes

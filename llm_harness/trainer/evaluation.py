@@ -130,7 +130,7 @@ def evaluate_policy(
     (no 4-gram; a response whose embedding is zero) are left out of that metric's mean, and the metric
     is None when none is left.
 
-    ``embedder``: an :class:`llm_harness.methods.embedders.Embedder` (``embed(prompts, solutions)``);
+    ``embedder``: an :class:`llm_harness.embedders.Embedder` (``embed(prompts, solutions)``);
     None: hashed token-4-gram counts (``NGramEmbedder``, the ``ngram4`` entry) — offline, identical for
     every run, not the paper's sentence embeddings.
     """

@@ -1,4 +1,4 @@
-"""Training-curve figure for ``make figures`` (issue 6 item 8).
+"""Training-curve figure for ``make figures``.
 
 ``make_training_curve_figure(out_dir, quick)`` runs a short GRPO run and plots training reward,
 held-out accuracy (periodic validation), generated tokens per update, the policy's entropy and the share of
@@ -6,7 +6,7 @@ mixed-reward groups.
 Full mode trains the shipped middle test-bed checkpoint with the recipe of
 ``configs/testbed_grpo.yaml`` for 40 steps (validation every 10 on 100 problems); when that
 checkpoint does not exist yet, or in quick mode, it trains a random tiny model on the learnable
-toy task (:class:`llm_harness.trainer.testing.ToyTask`) and says so in the title. Writes
+toy task (:class:`llm_harness.trainer.smoke.FirstCharTask`) and says so in the title. Writes
 ``training_curve.png`` and ``metrics.csv`` (every plotted number), both committed and rewritten byte for byte by
 ``make figures``: what the machine measured (the ``time_*`` and ``mem_peak_*`` columns: wall time and peak memory)
 goes to ``timings.csv`` and its step-time split to ``timings.png``, neither committed (``.gitignore``).
@@ -15,7 +15,6 @@ goes to ``timings.csv`` and its step-time split to ``timings.png``, neither comm
 from __future__ import annotations
 
 import csv
-import io
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -33,16 +32,15 @@ def is_measured(column: str) -> bool:
 def _split_metrics(src: Path, out_dir: Path) -> None:
     """``src`` (a run's ``metrics.csv``) as ``out_dir/metrics.csv`` without the measured columns (:func:`is_measured`)
     and ``out_dir/timings.csv`` with ``step`` and those; every value keeps its text."""
-    from vsr.atomic import write_text
+    from vsr.atomic import write_csv
 
     with open(src, newline="") as fh:
         rows = list(csv.reader(fh))
     measured = [i for i, c in enumerate(rows[0]) if is_measured(c)]
     for name, keep in (("metrics.csv", [i for i in range(len(rows[0])) if i not in measured]),
                        ("timings.csv", [rows[0].index("step"), *measured])):
-        buf = io.StringIO()
-        csv.writer(buf).writerows([r[i] if i < len(r) else "" for i in keep] for r in rows)
-        write_text(out_dir / name, buf.getvalue())
+        write_csv(out_dir / name, None, ([r[i] if i < len(r) else "" for i in keep] for r in rows),
+                  lineterminator="\r\n")
 
 
 def _configs_dir() -> Path:
@@ -59,7 +57,7 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     from llm_harness.tasks import get_task
     from llm_harness.trainer.config import RunConfig, TrainConfig, ValidationConfig
     from llm_harness.trainer.entry import build_trainer
-    from llm_harness.trainer.testing import ToyTask, tiny_config
+    from llm_harness.trainer.smoke import FirstCharTask, tiny_config
     from vsr.atomic import save_figure
     from vsr.config_io import load_config
 
@@ -83,7 +81,7 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
         steps = 6 if quick else 30
         cfg = tiny_config(str(run_dir), steps=steps, validation=ValidationConfig(every=max(2, steps // 3), n_problems=16, k=2))
         cfg = replace(cfg, run=replace(cfg.run, checkpoint_every=0))
-        task = ToyTask()
+        task = FirstCharTask()
         title = f"GRPO smoke run: random tiny model on the toy first-character task ({steps} steps)"
         if not quick:
             title += " - test-bed checkpoint not found"

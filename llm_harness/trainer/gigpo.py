@@ -1,4 +1,4 @@
-"""GiGPO advantages over the flat steps of multi-turn episodes (issue 15 item 4).
+"""GiGPO advantages over the flat steps of multi-turn episodes.
 
 GiGPO (Feng et al. 2025, arXiv:2505.10978, Eqs. 3 and 5–8), with the semantics of verl-agent's
 ``gigpo/core_gigpo.py`` (``compute_gigpo_outcome_advantage``). One *step* ``k`` is one policy turn;

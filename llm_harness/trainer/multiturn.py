@@ -1,5 +1,5 @@
 """Multi-turn episodes in the trainer's data model: the batched ``multiturn`` collector and episode-level
-advantages (issue 15 items 3–4; VSR App. D.3 agentic; GiGPO as in verl-agent).
+advantages (VSR App. D.3 agentic; GiGPO as in verl-agent).
 
 **A start state** of an ``env`` task (:class:`~llm_harness.envs.task.EnvTask`) is an episode: the
 problem's seed, or — for a state restarted mid-episode (VSR's replayed interaction states) — an

@@ -167,6 +167,18 @@ class StepHook(Plugin):
         return Result()
 
 
+class StepRecorder(StepHook):
+    """A step hook that keeps every finished :class:`~llm_harness.trainer.step.Step` (in ``records``), for
+    whoever reads a run's steps afterwards (benchmarks, tests)."""
+
+    def __init__(self) -> None:
+        self.records: list[Step] = []
+
+    def after_step(self, step: Step, ctx: TrainContext) -> Result:
+        self.records.append(step)
+        return Result()
+
+
 #: every plug-in point, in the order the trainer calls them
 POINTS: tuple[type[Plugin], ...] = (StartStateSource, AdvantageShaper, GroupFilter, RolloutReplay, StepHook)
 

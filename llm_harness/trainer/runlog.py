@@ -1,4 +1,4 @@
-"""Per-step metrics as JSONL and CSV in the run directory (issue 6 "Runs").
+"""Per-step metrics as JSONL and CSV in the run directory.
 
 ``metrics.jsonl`` gets one JSON object per step (appended, flushed); ``metrics.csv`` is rewritten
 whenever a new column appears (columns = union of keys in first-seen order), so both files always
@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from vsr.atomic import naming_path, write_text
+from vsr.atomic import csv_text, naming_path, write_csv, write_text
 
 __all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "parse_jsonl", "read_metrics"]
 
@@ -23,6 +23,10 @@ __all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "parse_jsonl", "read
 TIMING_KEYS = (
     "time_generate_s", "time_score_s", "time_train_s", "time_plugins_s", "time_step_s", "time_eval_s", "steps_per_s",
 )
+
+
+#: line end of ``metrics.csv`` (the csv module's default, which the committed run logs were written with)
+CSV_LINE_END = "\r\n"
 
 
 def is_timing_key(key: str) -> bool:
@@ -155,12 +159,7 @@ class MetricsWriter:
         return bool(new)
 
     def _write_csv(self) -> None:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=self.columns, extrasaction="ignore")
-        w.writeheader()
-        for r in self.rows:
-            w.writerow(r)
-        write_text(self.csv, buf.getvalue())
+        write_csv(self.csv, self.columns, self.rows, lineterminator=CSV_LINE_END, ignore_extra=True)
 
     def log(self, row: Mapping[str, Any]) -> None:
         """Append one step's metrics (non-finite floats become null)."""
@@ -172,8 +171,8 @@ class MetricsWriter:
         if self._extend(row):
             self._write_csv()
         else:
-            with naming_path(self.csv), open(self.csv, "a", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore").writerow(row)
+            with naming_path(self.csv), open(self.csv, "a", encoding="utf-8", newline="") as fh:
+                fh.write(csv_text(None, [[row.get(k) for k in self.columns]], lineterminator=CSV_LINE_END))
         if self._tb is not None:
             step = int(row.get("step", len(self.rows)))
             for k, v in row.items():

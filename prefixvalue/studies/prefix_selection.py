@@ -5,7 +5,7 @@ Protocol, per problem: ``n_trajectories`` trajectories from the bare prompt (T =
 problems whose trajectories all fail are kept. Candidates are the step-prefixes of those
 trajectories (cut after every step boundary ``k = 1..S-1``; duplicates dropped; at most
 ``max_candidates``, ExTra's cache size 128). Each candidate gets its MTE (teacher-forced, exact
-entropies at T = 1), an embedding (the trainer's ExTra embedders, :mod:`llm_harness.methods.embedders`;
+entropies at T = 1), an embedding (the trainer's ExTra embedders, :mod:`llm_harness.embedders`;
 ``policy_hidden`` by default, from one forward pass per source trajectory), the
 embedding-smoothed MTE ``H̃_j = Σ_k softmax_k(cos(e_j, e_k)/τ) H_k`` over the problem's candidates,
 and a Monte-Carlo value from ``mc_continuations`` continuations.
@@ -80,7 +80,7 @@ class PrefixSelectionConfig(StudyConfig):
     max_candidates: int = 128
     """Most step-prefixes kept per problem (ExTra's per-prompt cache)."""
     embedder: str = "policy_hidden"
-    """Prefix embedder for the smoothing: a ``llm_harness.methods.embedders.EMBEDDERS`` name, the same
+    """Prefix embedder for the smoothing: a ``llm_harness.embedders.EMBEDDERS`` name, the same
     embedders ExTra's plug-in uses (``policy_hidden``, ``ngram4``, ``char-ngram``, ``minilm``: optional package)."""
     tau: float = 0.1
     """Softmax temperature τ of the cosine-similarity smoothing."""

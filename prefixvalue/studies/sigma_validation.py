@@ -13,7 +13,7 @@ within each prefix position; and the within-position correlation averaged throug
 Departure from the paper: ``init_samples`` = 8 (VSR does not state how "mixed initial outcomes"
 was measured); test-bed problems are the 5-6-term validation chains.
 
-The calibrated σ̂ (issue 13 item 3; ``score: calibrated`` of the VSR plug-in) is evaluated on the
+The calibrated σ̂ (``score: calibrated`` of the VSR plug-in) is evaluated on the
 same states with no extra generation: ``p̂ = p0 + (1 − p0) f(α)``, ``f`` fitted by
 ``theory.prefix_scores.fit_interpolation`` from the states' own continuation outcomes with the
 plug-in's transformation (target ``(q − p0)/(1 − p0)`` clipped to [0, 1], weight = continuations,
@@ -453,7 +453,7 @@ def plot(table, summary: dict[str, Any], out_dir) -> list:
     Writes the figure's numbers beside it (``sigma_validation_states.csv``, ``sigma_validation_curve.csv``)."""
     import pandas as pd
 
-    from vsr.atomic import atomic_path
+    from vsr.atomic import write_frame_csv
 
     cal = summary["calibration"]
     t, curves = with_calibrated(table, cal["seed"], folds=cal["folds"], bins=cal["bins"], prior=cal["prior"])
@@ -516,8 +516,7 @@ def plot(table, summary: dict[str, Any], out_dir) -> list:
     curve = pd.DataFrame({"bin_centre": centres, "f_pooled": pooled,
                           **{f"f_fold{k}": curves[k] for k in range(curves.shape[0])}})
     for name, frame in (("sigma_validation_states.csv", t[keep]), ("sigma_validation_curve.csv", curve)):
-        with atomic_path(Path(out_dir) / name) as tmp:
-            frame.to_csv(tmp, index=False)
+        write_frame_csv(Path(out_dir) / name, frame)
         out.append(Path(out_dir) / name)
     return out
 

@@ -1,5 +1,5 @@
-"""Every size checked before memory is spent, and the weak messages of the issue-41 trial made clear
-(items 4-5): each case names the field or the file (and line) and the way out."""
+"""Every size checked before memory is spent, and the weak messages of a user trial made clear:
+each case names the field or the file (and line) and the way out."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input at the CLI: one clean message and a non-zero exit, nothing written before validation (issue 18)."""
+"""Bad input at the CLI: one clean message and a non-zero exit, nothing written before validation."""
 
 from __future__ import annotations
 

@@ -80,6 +80,42 @@ def test_split_fields_takes_the_named_entries_at_any_depth_and_keeps_the_rest():
     assert doc["wall_s"] == 3.0 and doc["methods"][0]["step_s"] == 1.0  # the input is left as it was
 
 
+def test_write_csv_round_trips_commas_quotes_and_line_breaks(tmp_path):
+    import csv
+
+    rows = [["a,b", 'say "hi"', 'x,"y",z', "line\nbreak", None, 0.25, float("nan")], ["plain", "", " ", "'", 1, True, 1e-7]]
+    path = atomic.write_csv(tmp_path / "t.csv", ["h,1", 'h"2', "h3", "h4", "h5", "h6", "h7"], rows, na_rep="")
+    with open(path, newline="", encoding="utf-8") as fh:
+        back = list(csv.reader(fh))
+    assert back == [["h,1", 'h"2', "h3", "h4", "h5", "h6", "h7"],
+                    ["a,b", 'say "hi"', 'x,"y",z', "line\nbreak", "", "0.25", ""], ["plain", "", " ", "'", "1", "True", "1e-07"]]
+    assert path.read_bytes().splitlines()[1].startswith(b'"a,b","say ""hi""","x,""y"",z"')
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]  # atomic: no temp file left behind
+
+
+def test_write_csv_formats_floats_maps_rows_by_header_and_keeps_line_ends(tmp_path):
+    path = atomic.write_csv(tmp_path / "m.csv", ["a", "b"], [{"a": 1 / 3, "b": float("nan")}, {"b": "x"}],
+                            float_format=atomic.CSV_FLOAT_FORMAT, lineterminator="\r\n")
+    assert path.read_bytes() == b"a,b\r\n0.333333333333,nan\r\n,x\r\n"
+    with pytest.raises(ValueError, match="outside the header"):
+        atomic.write_csv(tmp_path / "m.csv", ["a"], [{"a": 1, "c": 2}])
+    assert atomic.csv_text(["a"], [{"a": 1, "c": 2}], ignore_extra=True) == "a\n1\n"
+
+
+@pytest.mark.parametrize("float_format", [None, "%.6g", atomic.CSV_FLOAT_FORMAT])
+def test_write_frame_csv_writes_what_pandas_to_csv_writes(tmp_path, float_format):
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame({"f": [0.1, np.nan, np.inf, -0.0, 1e16, 1 / 3],
+                          "f32": np.array([0.1, np.nan, 2.5, 1e-7, 3, 7], dtype=np.float32),
+                          "i": [1, 2, 3, 4, 5, 6], "b": [True, False, True, True, False, True],
+                          "o": ["a,b", 'q"x', "l\nm", None, 0.1, 3], "mix": ["x", 1 / 3, 2.0, True, np.nan, "y"]})
+    frame.to_csv(tmp_path / "pandas.csv", index=False, float_format=float_format)
+    atomic.write_frame_csv(tmp_path / "ours.csv", frame, float_format=float_format)
+    assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+
+
 def _figure():
     import matplotlib
 

@@ -14,7 +14,7 @@ import torch
 import llm_harness.trainer.checkpoint as ck
 import llm_harness.trainer.runlog as runlog
 from llm_harness.trainer.checkpoint import save_checkpoint
-from llm_harness.trainer.testing import tiny_config
+from trainer_support import tiny_config
 from vsr.atomic import write_text
 from vsr.cli import error_message, interrupted_message, main
 

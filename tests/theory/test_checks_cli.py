@@ -11,7 +11,7 @@ from theory.checks import Comparison, load_all, register_check, run_check
 from theory.checks._registry import CHECKS, RTOL
 from vsr.cli import main
 
-#: Every result of VSR App. B–C, Replay App. E and ExTra App. E (issue 2 item 5) needs a registered check.
+#: Every result of VSR App. B–C, Replay App. E and ExTra App. E needs a registered check.
 REQUIRED = {
     "VSR Lemma B.1": ["lemma_b1_trace_variance", "estimator_unbiased"],
     "VSR Thm B.2": ["thm_b2_optimal_baseline", "thm_b2_joint_optimum", "thm_b2_baseline_stationarity"],

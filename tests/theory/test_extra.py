@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from theory import extra as ex
-from theory.concentration import hoeffding_radius
+from concentration import hoeffding_radius
 from theory_strategies import assert_close, floats
 
 

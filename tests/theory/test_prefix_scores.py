@@ -86,7 +86,7 @@ def test_smoothing_rejects_bad_tau_and_shapes():
         smoothed_entropy([1.0, 2.0], np.eye(3), 0.1)
 
 
-# ------------------------------------------------------------------ the calibrated sigma-hat (issue 13 item 3)
+# ------------------------------------------------------------------ the calibrated sigma-hat
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

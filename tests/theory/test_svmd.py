@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from theory import svmd as sv
-from theory.concentration import hoeffding_radius
+from concentration import hoeffding_radius
 from theory.instances import random_dense_mdp, random_policy
 from theory_strategies import assert_close, assert_le, floats
 

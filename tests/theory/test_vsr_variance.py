@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from theory import vsr_variance as vv
-from theory.concentration import bernstein_radius
+from concentration import bernstein_radius
 from theory.instances import build_problem, clean_problem, random_problem
 from theory_strategies import assert_close, assert_le, clean_problems, floats, problems, proposals
 

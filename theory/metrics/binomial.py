@@ -1,4 +1,4 @@
-"""Confidence intervals for accuracies measured by sampling (test-bed, agent and study evaluations; issue 4 item 3).
+"""Confidence intervals for accuracies measured by sampling (test-bed, agent and study evaluations).
 
 * :func:`clopper_pearson` — the exact binomial interval (one sample per problem).
 * :func:`clustered_interval` — several samples per problem are correlated (the problem's own

@@ -1,5 +1,5 @@
 """VSR's sections: the reverse curriculum on a language model, the calibrated σ̂ against the oracle in training, and
-which link of VSR's argument holds (issue 13 items 1–3).
+which link of VSR's argument holds.
 
 * ``curriculum`` — the LLM analogue of the grid world's Figure 2 from the VSR arms' run logs
   (``llm_harness.methods.vsr.curriculum_metrics``): the α distribution of the replayed prefix groups and of the
@@ -174,7 +174,7 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
 
 @register_section("calibration")
 def calibration_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:
-    """The calibrated σ̂ against the oracle in training (issue 13 item 3): per seed of the oracle arm, the
+    """The calibrated σ̂ against the oracle in training: per seed of the oracle arm, the
     mean over updates of the Spearman correlation between the oracle's Monte-Carlo variance and each
     zero-cost score of the same candidates, and their paired difference over seeds. Arms by ``Method.roles``:
     ``oracle_score`` and ``calibrated_score``."""

@@ -87,7 +87,7 @@ class ExtraParams:
     normalization: str = "post"
     """``post`` (``Â + γ b``, eq. 2) or ``pre`` (``estimator(R + γ b)``)."""
     embedder: str = "ngram4"
-    """A token-level embedder of :data:`~llm_harness.methods.embedders.EMBEDDERS` (``ngram4``)."""
+    """A token-level embedder of :data:`~llm_harness.embedders.EMBEDDERS` (``ngram4``)."""
     embedder_params: Mapping[str, Any] = field(default_factory=dict)
     """Its parameters (e.g. ``{dim: 2048}``)."""
     memory_size: int = 6

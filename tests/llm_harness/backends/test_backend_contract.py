@@ -25,7 +25,7 @@ def tiny_gpt2(*args, **kw):
     return backend_models.tiny_gpt2(*args, num_heads=1, **kw)
 
 
-#: fp32 generation vs teacher forcing (issue 4: <= 1e-4).
+#: fp32 generation vs teacher forcing (<= 1e-4).
 LOGPROB_ATOL = 1e-4
 
 PROMPTS = [[7], [3, 14, 15, 9], [2, 6, 5, 3, 5, 8, 9, 7, 9]]

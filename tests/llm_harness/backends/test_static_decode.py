@@ -113,7 +113,7 @@ def test_training_with_static_decode_logs_the_same_metrics(tmp_path):
     from dataclasses import replace
 
     from llm_harness.trainer.runlog import is_timing_key
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     torch.set_num_threads(1)
     rows = {}

@@ -1,5 +1,5 @@
 """``vsr compare --executor ray`` on a local Ray instance reproduces the process pool's summary.json
-(timings aside) and resumes from the same ``done.json`` fingerprints (issue 17 item 3)."""
+(timings aside) and resumes from the same ``done.json`` fingerprints."""
 
 from __future__ import annotations
 

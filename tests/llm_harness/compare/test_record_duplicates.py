@@ -1,4 +1,4 @@
-"""A record that sibling suites share is kept once (issue 40, items 1 and 5): the other suites' manifests point at it
+"""A record that sibling suites share is kept once: the other suites' manifests point at it
 (``llm_harness.compare.records``, "Pointers"), a pointer is checked against its own checksums when followed, and the
 committed record folders hold no byte-identical copies."""
 

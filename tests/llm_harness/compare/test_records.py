@@ -1,4 +1,4 @@
-"""Comparison records that cannot lie (issue 41, item 3): checksums, row counts and configuration checked
+"""Comparison records that cannot lie: checksums, row counts and configuration checked
 before a record is restored; missing arms named in the report; nothing to report is an error."""
 
 from __future__ import annotations

@@ -165,3 +165,12 @@ def test_a_missing_or_malformed_summary_is_named(tmp_path, capsys):
         render.figures_from_summary(tmp_path)
     assert render.main([str(tmp_path)]) == 2
     assert str(tmp_path / "summary.json") in capsys.readouterr().err
+
+
+def test_report_tables_quote_commas_and_quotes(tmp_path):
+    """A report table's CSV reads back field for field, a label holding a comma and quotes included; floats at 6
+    significant digits, non-finite ones empty."""
+    label = 'VSR (ρ 0.3, "calibrated" σ̂)'
+    render.write_csv(tmp_path / "t.csv", ["arm", "mean", "diff"], [[label, 1 / 3, float("nan")], ["grpo", 0.5, float("inf")]])
+    with open(tmp_path / "t.csv", newline="", encoding="utf-8") as fh:
+        assert list(csv.reader(fh)) == [["arm", "mean", "diff"], [label, "0.333333", ""], ["grpo", "0.5", ""]]

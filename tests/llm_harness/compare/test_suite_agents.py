@@ -1,4 +1,4 @@
-"""``vsr compare --suite agents`` (issue 16 item 4): the suite's jobs resolve to the agent configs, and a
+"""``vsr compare --suite agents``: the suite's jobs resolve to the agent configs, and a
 2-update smoke run of the base evaluation, GiGPO, VSR + GiGPO and the static-reset control (tiny sizes)
 completes through the runner's worker, logs the episode accounting, and :func:`agent_summary` reads it."""
 

@@ -1,4 +1,4 @@
-"""The replay / ExTra evidence suites (issue 14 item 1): arm configs, sizing, report sections, smoke runs."""
+"""The replay / ExTra evidence suites: arm configs, sizing, report sections, smoke runs."""
 
 from __future__ import annotations
 

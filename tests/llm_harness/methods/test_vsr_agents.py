@@ -1,4 +1,4 @@
-"""VSR over interaction states on real multi-turn episodes (issue 16 "Done when"): replayed agent
+"""VSR over interaction states on real multi-turn episodes: replayed agent
 states restore the exact environment and history, loss masks cover exactly the new actions, buffer
 insertion / eviction / scoring on multi-turn episodes, GiGPO groups of replayed states, and resume
 with the buffer's environment snapshots.
@@ -23,7 +23,7 @@ from llm_harness.trainer.config import AgentConfig, AlgoConfig, ModelConfig, Rol
 from llm_harness.trainer.data import Origin, build_batch
 from llm_harness.trainer.multiturn import multiturn_groups, turn_prompt
 from llm_harness.trainer.step import Step
-from llm_harness.trainer.testing import check_resume_is_bit_identical, make_trainer
+from trainer_support import check_resume_is_bit_identical, make_trainer
 from theory.prefix_scores import variance_hat
 
 G = 3

@@ -17,8 +17,8 @@ from llm_harness.methods.vsr import (
 from llm_harness.tasks.step_arith import StepArithTask, make_problem
 from llm_harness.trainer.data import Origin
 from llm_harness.trainer.step import Step
-from llm_harness.trainer.testing import fake_group, make_trainer
-from theory.concentration import hoeffding_radius
+from trainer_support import fake_group, make_trainer
+from concentration import hoeffding_radius
 from theory.prefix_scores import std_hat
 
 
@@ -206,7 +206,7 @@ def test_oracle_scores_count_their_monte_carlo_tokens(tmp_path):
 
 
 def test_calibrated_score_learns_the_interpolation_from_replayed_outcomes(tmp_path):
-    """score: calibrated (issue 13 item 3): outcomes of replayed prefixes at known alpha move f away from
+    """score: calibrated: outcomes of replayed prefixes at known alpha move f away from
     the linear assumption, the buffer is rescored, and a trainer run with it resumes from plain state."""
     from llm_harness.trainer.step import Step
     from theory.prefix_scores import variance_hat, variance_hat_calibrated

@@ -1,4 +1,4 @@
-"""The encodability check at the edge and the test bed's unknown token (issue 18)."""
+"""The encodability check at the edge and the test bed's unknown token."""
 
 from __future__ import annotations
 

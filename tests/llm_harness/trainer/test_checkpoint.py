@@ -1,4 +1,4 @@
-"""Checkpoint files load without running code: plain data, exact round trips, planted pickles refused (issue 20)."""
+"""Checkpoint files load without running code: plain data, exact round trips, planted pickles refused."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from llm_harness.trainer.checkpoint import (
 )
 from llm_harness.trainer.checkpoint_v1 import V1_FILES
 from llm_harness.trainer.data import Origin
-from llm_harness.trainer.testing import FileOnUnpickle, assert_plain_equal, make_trainer, plant_checkpoint, torch_pickle
+from trainer_support import FileOnUnpickle, assert_plain_equal, make_trainer, plant_checkpoint, torch_pickle
 
 
 def _pickle_in_torch_file(data: bytes) -> bytes:
@@ -155,7 +155,7 @@ def test_resume_refuses_a_planted_checkpoint_and_runs_none_of_its_code(tmp_path,
 
 
 def test_identical_runs_write_identical_checkpoints(tmp_path):
-    """The global generators are seeded at run start (issue 18), so two runs with one seed write
+    """The global generators are seeded at run start, so two runs with one seed write
     byte-identical checkpoint files, RNG states included."""
     import hashlib
 
@@ -171,7 +171,7 @@ def test_identical_runs_write_identical_checkpoints(tmp_path):
     assert digests[0] == digests[1] and len(digests[0]) >= 4
 
 
-# ------------------------------------------------------------------ damaged checkpoints (issue 18)
+# ------------------------------------------------------------------ damaged checkpoints
 
 
 def _two_checkpoints(tmp_path):

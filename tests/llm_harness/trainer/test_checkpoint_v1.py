@@ -13,7 +13,7 @@ from llm_harness.methods.vsr import VSRPlugin
 from llm_harness.trainer.checkpoint import capture_rng, latest_checkpoint, load_checkpoint
 from llm_harness.trainer.checkpoint_v1 import V1_FILES, convert_checkpoint
 from llm_harness.trainer.config import RunConfig
-from llm_harness.trainer.testing import (
+from trainer_support import (
     FileOnUnpickle,
     ToyTask,
     assert_plain_equal,

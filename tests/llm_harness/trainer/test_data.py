@@ -21,7 +21,7 @@ from llm_harness.trainer.data import (
     verify_from_plain,
     verify_to_plain,
 )
-from llm_harness.trainer.testing import assert_plain_equal
+from trainer_support import assert_plain_equal
 
 PROBLEMS = (Problem("p0", "Q0?", "0", solution="0", difficulty=2.0, metadata={"src": "a"}), Problem("p1", "Q1?", "1"))
 INDEX = problem_index(PROBLEMS)

@@ -10,7 +10,7 @@ import torch
 
 from llm_harness.trainer.config import RunConfig
 from llm_harness.trainer.runlog import is_timing_key
-from llm_harness.trainer.testing import make_trainer, tiny_config
+from trainer_support import make_trainer, tiny_config
 
 
 def _rows(tmp_path, name: str, steps: int = 3, **run_over):

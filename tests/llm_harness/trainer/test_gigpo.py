@@ -1,4 +1,4 @@
-"""GiGPO advantages (``llm_harness.trainer.gigpo``; issue 15 item 4).
+"""GiGPO advantages (``llm_harness.trainer.gigpo``).
 
 Checked four ways: a hand-worked example, a deliberately slow looped reference written from the
 definitions (hypothesis, random batches in random order), derived properties (permutation

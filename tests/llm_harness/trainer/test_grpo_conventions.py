@@ -1,4 +1,4 @@
-"""GRPO conventions pinned against transcriptions of verl 0.9.1's and TRL's formulas (issue 19).
+"""GRPO conventions pinned against transcriptions of verl 0.9.1's and TRL's formulas.
 
 The transcriptions follow ``verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage``
 (per-uid ``torch.mean`` / ``torch.std`` — Bessel —, ``(r − mean)/(std + ε)`` with ε = 1e-6, a

@@ -12,7 +12,7 @@ from llm_harness.trainer.config import AgentConfig, AlgoConfig, ModelConfig, Rol
 from llm_harness.trainer.data import StartState, build_batch
 from llm_harness.trainer.gigpo import GiGPOParams, gigpo_advantages
 from llm_harness.trainer.multiturn import episode_group_advantages, multiturn_groups
-from llm_harness.trainer.testing import check_resume_is_bit_identical, make_trainer
+from trainer_support import check_resume_is_bit_identical, make_trainer
 
 B, G = 2, 3
 
@@ -163,7 +163,7 @@ def test_vsr_eval_env_reports_success_over_the_fixed_seeds(tmp_path):
 
 
 def test_vsr_replays_interaction_states_of_successful_episodes(tmp_path):
-    """VSR over interaction states (issue 16 item 1): a successful episode's intermediate states enter
+    """VSR over interaction states: a successful episode's intermediate states enter
     the buffer with sigma-hat at alpha = i / L, a drawn state restarts G episodes from the restored
     environment with its history as context, and the restarts form their own group."""
     from llm_harness.methods.vsr import VSRConfig, VSRPlugin
@@ -204,7 +204,7 @@ def test_vsr_replays_interaction_states_of_successful_episodes(tmp_path):
 
 
 def test_static_reset_control_restarts_from_expert_episode_states(tmp_path):
-    """VSR's static-reset ablation for agents (issue 16 item 3): the buffer holds the expert episodes'
+    """VSR's static-reset ablation for agents: the buffer holds the expert episodes'
     interaction states and never changes; a drawn state restores the environment mid-episode."""
     from llm_harness.methods.vsr import VSRConfig, VSRPlugin
     from llm_harness.trainer.step import Step

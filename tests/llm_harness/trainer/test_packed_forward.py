@@ -133,7 +133,7 @@ def test_sequence_logprobs_agree_and_fall_back_on_left_padding():
 
 def test_unsupported_models_and_configs_are_refused(tmp_path):
     from llm_harness.trainer.config import RolloutConfig, RunConfig, TrainConfig
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     assert supports(tiny_qwen2(40)) is None
     assert "gpt2" in supports(tiny_gpt2(40))
@@ -154,7 +154,7 @@ def test_unsupported_models_and_configs_are_refused(tmp_path):
 
 def test_with_share_prefix_sampling_shares_and_the_loss_pass_packs(tmp_path, monkeypatch):
     from llm_harness.trainer import modeling
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     calls = []
     real = modeling.packed_hidden
@@ -174,7 +174,7 @@ def test_training_with_the_packed_forward_logs_the_same_metrics(tmp_path):
     """Three GRPO steps on a random tiny Qwen2 with and without ``run.packed_forward``: the same samples in step 1,
     and every metric of the three steps equal up to float rounding (the updates differ in the last bits)."""
     from llm_harness.trainer.runlog import is_timing_key
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     torch.set_num_threads(1)
     rows = {}

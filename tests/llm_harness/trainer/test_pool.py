@@ -9,7 +9,7 @@ from llm_harness.trainer.config import TaskConfig
 from llm_harness.pool_selection import PoolSelection, select_pool
 from llm_harness.trainer.pool import load_pool, restrict_to_pool, write_pool
 from llm_harness.trainer.entry import build_trainer
-from llm_harness.trainer.testing import ToyTask, make_trainer, tiny_config
+from trainer_support import ToyTask, make_trainer, tiny_config
 
 
 def _select(tmp_path, **sel):

@@ -95,7 +95,7 @@ def test_weights_metrics_and_rows() -> None:
 
 
 def test_bf16_falls_back_where_not_native(tmp_path, monkeypatch) -> None:
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
@@ -113,7 +113,7 @@ def test_bf16_falls_back_where_not_native(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.skipif(precision.bf16_support("cpu") is not None, reason="bf16 is not native on this CPU")
 def test_a_bf16_run_measures_and_corrects_its_gap(tmp_path) -> None:
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     torch.set_num_threads(1)
     run = replace(tiny_config(str(tmp_path / "r")).run, precision="bf16", group_prompt_once=True)
@@ -133,7 +133,7 @@ def test_a_bf16_run_measures_and_corrects_its_gap(tmp_path) -> None:
 
 
 def _steps(tmp_path, name, n=2, **run_over):
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     torch.set_num_threads(1)
     base = tiny_config(str(tmp_path / name))
@@ -176,7 +176,7 @@ def test_the_in_pass_anchor_measures_and_corrects_the_bf16_gap(tmp_path) -> None
 
 
 def test_the_in_pass_anchor_is_refused_for_several_mini_batches(tmp_path) -> None:
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     base = tiny_config(str(tmp_path / "r"))
     tr = make_trainer(str(tmp_path / "r"), run=replace(base.run, anchor_in_pass=True),

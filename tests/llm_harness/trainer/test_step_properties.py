@@ -1,4 +1,4 @@
-"""Properties of the step data flow over subsets *and orders* of the shipped plug-ins (issue 12).
+"""Properties of the step data flow over subsets *and orders* of the shipped plug-ins.
 
 For every drawn composition: no fresh prompt is lost or duplicated relative to GRPO's stream;
 every slot is filled and generated; the replay buffer receives exactly the groups the trainer
@@ -18,7 +18,7 @@ from llm_harness.trainer.data import ORIGINS, Origin, build_batch
 from llm_harness.trainer.plugins import StartStateSource, StepHook
 from llm_harness.trainer.prompts import FreshPromptSource
 from llm_harness.trainer.step import FRESH_OWNER, Refill, Result
-from llm_harness.trainer.testing import ToyTask, check_resume_is_bit_identical, make_trainer
+from trainer_support import ToyTask, check_resume_is_bit_identical, make_trainer
 
 #: the shipped plug-ins, with small warm-ups so every mechanism acts within three steps
 SHIPPED = {

@@ -128,7 +128,7 @@ def test_training_curve_figure_quick(tmp_path):
 
 
 def test_agent_configs_are_the_papers_settings():
-    """The agentic configs (issue 16): GiGPO on the mid Sokoban agent; VSR at the paper's rho 0.3, W 5,
+    """The agentic configs: GiGPO on the mid Sokoban agent; VSR at the paper's rho 0.3, W 5,
     G 8; the ablations differ from VSR in exactly their field(s); the GPU recipes carry the paper's
     Qwen2.5-1.5B-Instruct, batch 32, lr 1e-6, replies <= 256 tokens."""
     load = lambda name: load_config(TrainConfig, _CONFIG_DIR / name)  # noqa: E731
@@ -152,7 +152,7 @@ def test_agent_configs_are_the_papers_settings():
 
 
 def test_babyai_agent_configs():
-    """BabyAI configs (issue 15 item 6): the CPU config trains the mid test-bed agent on its own level,
+    """BabyAI configs: the CPU config trains the mid test-bed agent on its own level,
     budget and window (those of its card) with the Sokoban recipe's GiGPO; the GPU recipes, one per VSR
     level, carry the paper's agentic settings; the VSR variants add exactly the paper's plug-in."""
     from llm_harness.testbed.agents import AGENT_FAMILIES

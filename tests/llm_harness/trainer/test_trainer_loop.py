@@ -17,9 +17,9 @@ from llm_harness.trainer.loop import NonFiniteLossError, Trainer, check_registri
 from llm_harness.trainer.runlog import read_metrics
 from llm_harness.trainer.modeling import build_model
 from llm_harness.methods.sampling import allocate_counts
-from llm_harness.trainer.plugins import AdvantageShaper, RolloutReplay, StartStateSource, StepHook
+from llm_harness.trainer.plugins import AdvantageShaper, RolloutReplay, StartStateSource, StepHook, StepRecorder
 from llm_harness.trainer.step import Claim, Composition, Result, Shaped, Step
-from llm_harness.trainer.testing import Recorder, ToyTask, metrics_without_timing, tiny_config
+from trainer_support import ToyTask, metrics_without_timing, tiny_config
 
 
 # ------------------------------------------------------------------ toy plug-ins
@@ -100,7 +100,7 @@ def _trainer(cfg, task=None, plugins=None):
 
 
 def _toy_plugins():
-    return [PrefixSource(), StoreReplay(), BonusShaper(), Recorder()]
+    return [PrefixSource(), StoreReplay(), BonusShaper(), StepRecorder()]
 
 
 def test_loop_calls_every_plugin_point(tmp_path):
@@ -268,7 +268,7 @@ def test_sft_baseline_learns_expert_solutions(tmp_path):
 def test_reinforce_ada_est_reallocates_under_fixed_total(tmp_path):
     cfg = tiny_config(str(tmp_path / "r"), steps=2, plugins={"reinforce_ada_est": {"n_min": 2, "n_max": 8}},
                       rollout=RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=6, verify_timeout_s=0))
-    rec = Recorder()
+    rec = StepRecorder()
     t = _trainer(cfg, plugins=[rec])
     rows = t.fit()
     for r, record in zip(rows, rec.records):
@@ -358,7 +358,7 @@ def test_sampling_seed_is_fresh_per_step_and_deterministic(tmp_path):
     """Same state, unchanged weights (no reward → no update): steps draw different samples; reruns agree."""
     outs = []
     for run in ("a", "b"):
-        rec = Recorder()
+        rec = StepRecorder()
         cfg = tiny_config(str(tmp_path / run), steps=2,
                           rollout=RolloutConfig(prompts_per_step=1, group_size=4, max_new_tokens=8, verify_timeout_s=0.0))
         t = _trainer(cfg, task=ToyTask(good=""), plugins=[SameProblemSource(), rec])
@@ -487,7 +487,7 @@ def test_wandb_logging_is_optional_and_resumes_the_same_run(tmp_path, monkeypatc
 def test_micro_batches_give_the_update_of_one_pass(tmp_path, agg, mini_batches, kl):
     """``run.micro_batch_rows`` (gradient accumulation over length-sorted row chunks) changes the update only by
     float rounding: the same generated batch gives the same parameters and loss metrics as one pass."""
-    from llm_harness.trainer.testing import make_trainer, tiny_config
+    from trainer_support import make_trainer, tiny_config
 
     torch.set_num_threads(1)
     out = {}

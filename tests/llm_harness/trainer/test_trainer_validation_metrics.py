@@ -1,4 +1,4 @@
-"""Validation metrics (issue 14 item 2): the papers' protocols, pass@j for every j, length by
+"""Validation metrics: the papers' protocols, pass@j for every j, length by
 correctness and the diversity metrics, checked against independent computations on fixed samples,
 and the keys ``Trainer.validate`` emits."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from llm_harness.backends import Sample
-from llm_harness.methods.embedders import NGramEmbedder
+from llm_harness.embedders import NGramEmbedder
 from llm_harness.tasks import get_task
 from llm_harness.trainer.config import TrainConfig, ValidationConfig
 from llm_harness.trainer.eval_protocols import EVAL_PROTOCOLS, EvalProtocol, get_protocol
@@ -223,7 +223,7 @@ def test_validation_aes_is_replays_formula_on_validate_rows():
 
 
 def test_validate_emits_every_metric_and_follows_the_protocol(tmp_path):
-    from llm_harness.trainer.testing import make_trainer
+    from trainer_support import make_trainer
 
     torch.set_num_threads(1)
     tr = make_trainer(str(tmp_path / "run"), validation=ValidationConfig(protocol="extra", k=6, n_problems=5))
@@ -257,7 +257,7 @@ def test_validate_emits_every_metric_and_follows_the_protocol(tmp_path):
 
 
 def test_validate_values_are_evaluate_policy_on_the_same_stream(tmp_path):
-    from llm_harness.trainer.testing import make_trainer
+    from trainer_support import make_trainer
     from vsr.seeding import derive_seed
 
     torch.set_num_threads(1)
@@ -281,7 +281,7 @@ def test_validate_values_are_evaluate_policy_on_the_same_stream(tmp_path):
 def test_validate_reports_undefined_metrics_as_none(tmp_path):
     import json
 
-    from llm_harness.trainer.testing import ToyTask, make_trainer
+    from trainer_support import ToyTask, make_trainer
 
     torch.set_num_threads(1)
     tr = make_trainer(str(tmp_path / "run"), task=ToyTask(good=""), validation=ValidationConfig(k=2, n_problems=3))

@@ -14,7 +14,7 @@ from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 from llm_harness.integrations.verl.estimators import ESTIMATORS, NoveltyMemory  # noqa: E402
-from llm_harness.methods.embedders import EmbedContext, build_embedder  # noqa: E402
+from llm_harness.embedders import EmbedContext, build_embedder  # noqa: E402
 from llm_harness.methods.extra import shaped_advantages  # noqa: E402
 from llm_harness.trainer.advantages import group_advantages  # noqa: E402
 from llm_harness.trainer.gigpo import GiGPOParams, gigpo_advantages  # noqa: E402

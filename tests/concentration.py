@@ -1,4 +1,5 @@
-"""Calibrated concentration bounds for Monte-Carlo-versus-exact assertions.
+"""Calibrated concentration bounds for Monte-Carlo-versus-exact assertions (test support for every test folder:
+``tests/`` is on ``sys.path`` through its ``conftest.py``).
 
 Each radius ``t`` satisfies ``Pr(|mean_n - E X| >= t) <= delta`` under the stated conditions,
 so a test that asserts ``|mean_n - exact| < t`` fails spuriously with probability <= delta

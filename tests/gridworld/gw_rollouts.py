@@ -1,8 +1,7 @@
-"""Monte-Carlo rollouts on a :class:`~gridworld.mdp.TabularMDP` (vectorised NumPy, seeded).
+"""Monte-Carlo rollouts on a :class:`~gridworld.mdp.TabularMDP` (vectorised NumPy, seeded): test support.
 
-Used to check the exact solvers against sampling and, later, to draw ``(s, a, G)`` samples
-(SVMD, VSR Algorithm 2 line 5).  Episodes may start at any augmented state ``(s, t0)``; they
-run the remaining ``H - t0`` decisions of the stage-indexed policy.
+The sampling reference the exact solvers are checked against (``test_rollouts.py``).  Episodes may start at any
+augmented state ``(s, t0)``; they run the remaining ``H - t0`` decisions of the stage-indexed policy.
 """
 
 from __future__ import annotations

@@ -1,45 +1,31 @@
-"""Small helpers for tests and benchmarks of the trainer: a learnable toy task and tiny configs.
+"""Test support of the trainer: a fault-injecting toy task, tiny trainers, fake groups, resume and plain-data checks,
+and planted checkpoints.
 
-:class:`ToyTask` reuses the step-arithmetic problems but rewards a completion whose first
-character is in ``good`` (default the digits 0-4) — a random tiny model gets mixed groups from
-the first step, so the loop's update path is exercised without a trained checkpoint. Modes
-``"raise"`` / ``"sleep"`` make the grader fail or hang on problems whose id hashes to the chosen
-fraction (fault-injection tests).
+:class:`ToyTask` is the smoke run's :class:`~llm_harness.trainer.smoke.FirstCharTask` with fault injection: modes
+``"raise"`` / ``"sleep"`` make the grader fail or hang on problems whose id hashes to the chosen fraction. The test
+folders import this module by its bare name (``tests/`` is on ``sys.path`` through its ``conftest.py``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
-from llm_harness.tasks import ParseStatus, Problem, VerifyResult
+from llm_harness.tasks import Problem, VerifyResult
 from llm_harness.tasks.base import stable_unit_hash
-from llm_harness.tasks.step_arith import StepArithConfig, StepArithTask
-from llm_harness.trainer.config import (
-    AlgoConfig,
-    ModelConfig,
-    OptimConfig,
-    RolloutConfig,
-    RunConfig,
-    TaskConfig,
-    TrainConfig,
-)
-from llm_harness.trainer.plugins import StepHook
+from llm_harness.trainer.smoke import FirstCharTask, tiny_config
 
-__all__ = ["FileOnUnpickle", "Recorder", "ToyTask", "assert_plain_equal", "check_resume_is_bit_identical", "fake_group",
+__all__ = ["FileOnUnpickle", "ToyTask", "assert_plain_equal", "check_resume_is_bit_identical", "fake_group",
            "make_trainer", "metrics_without_timing", "plant_checkpoint", "tiny_config", "torch_pickle"]
 
 
-class ToyTask(StepArithTask):
-    """Step-arithmetic prompts; reward 1 iff the completion starts with a character in ``good``."""
-
-    name = "toy_first_char"
+class ToyTask(FirstCharTask):
+    """:class:`~llm_harness.trainer.smoke.FirstCharTask` whose grader fails (``mode="raise"``) or hangs for
+    ``sleep_s`` (``mode="sleep"``) on the ``fault_fraction`` of problems whose id hashes below it."""
 
     def __init__(self, good: str = "01234", mode: str = "ok", fault_fraction: float = 0.0, sleep_s: float = 0.0,
                  n_train: int = 200):
-        super().__init__(StepArithConfig(n_train=n_train, n_validation=32, n_test=32, n_hard=8, max_terms=3))
-        self.good = good
+        super().__init__(good=good, n_train=n_train)
         self.mode = mode
         self.fault_fraction = fault_fraction
         self.sleep_s = sleep_s
@@ -49,23 +35,7 @@ class ToyTask(StepArithTask):
             if self.mode == "raise":
                 raise RuntimeError("injected grader failure")
             time.sleep(self.sleep_s)
-        ok = bool(completion) and completion[0] in self.good
-        return VerifyResult(1.0 if ok else 0.0, ParseStatus.OK, extracted=completion[:1])
-
-
-def tiny_config(run_dir: str, **over: Any) -> TrainConfig:
-    """A few-second CPU run on a random tiny Qwen2 (override sections with keyword dataclasses)."""
-    base = TrainConfig(
-        seed=0,
-        steps=4,
-        model=ModelConfig(random_init=True, hidden_size=32, num_layers=2, num_heads=4, max_context=64),
-        task=TaskConfig(name="step_arith", params={"n_train": 200}),
-        rollout=RolloutConfig(prompts_per_step=4, group_size=4, max_new_tokens=8, verify_timeout_s=0.0),
-        algo=AlgoConfig(),
-        optim=OptimConfig(lr=3e-3),
-        run=RunConfig(run_dir=run_dir, checkpoint_every=1, progress=False),
-    )
-    return replace(base, **over)
+        return super().verify(problem, completion)
 
 
 def make_trainer(run_dir: str, task: Any = None, extra_plugins: list | None = None, **over: Any):
@@ -92,19 +62,6 @@ def fake_group(problem: Problem, prompt_ids, responses, rewards, step: int, *, o
         finish_reasons=["stop"] * len(responses),
         advantages=advantages,
     )
-
-
-class Recorder(StepHook):
-    """A step hook that keeps every finished :class:`~llm_harness.trainer.step.Step` (in ``records``)."""
-
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def after_step(self, step: Any, ctx: Any) -> Any:  # Step, TrainContext -> Result
-        from llm_harness.trainer.step import Result
-
-        self.records.append(step)
-        return Result()
 
 
 def metrics_without_timing(path: Any) -> list[dict[str, Any]]:
