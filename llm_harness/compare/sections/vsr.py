@@ -152,7 +152,8 @@ def curriculum_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any,
         frac_mixed = replayed_mixed_shares(d["seeds"])
         moved = ("toward the prompt (smaller α)" if np.isfinite(diff[2]) and diff[2] < 0 else
                  "away from the prompt (larger α)" if np.isfinite(diff[1]) and diff[1] > 0 else
-                 "not detectably (interval contains 0)")
+                 "not detectably (interval contains 0)" if np.isfinite(diff[1]) and np.isfinite(diff[2]) else
+                 "not detectably (no interval: it needs two seeds with mixed replayed groups in both windows)")
         lines += [
             f"Regime `{regime}`, arm `{primary}` ({len(d['seeds'])} seeds):", "",
             f"* Mean α of the *mixed* replayed groups, first window → last window, per-seed change "
