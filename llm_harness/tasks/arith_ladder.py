@@ -14,7 +14,19 @@ level      problem                                                     space (x 
 ``add3``   ``a + b + c``, ``a, b, c`` in 1..9                          729 x 4
 ``word``   one-step word problems (gets / gives away / puts in /        8 424
            takes away), numbers 1..9, six names, six objects
+``add2d``  ``a + b``, ``a, b`` in 10..99 (opt-in)                       8 100 x 4
+``mul2d``  ``a * b``, ``a`` in 11..99 not a multiple of 10, ``b`` in      648 x 4
+           2..9 (opt-in)
+``word2``  two-step word problems: gets ``b`` more, then gives ``c``     5 976
+           away, ``a, b`` in 1..9, ``c`` in 1..a+b−1, ``c`` not ``a`` or
+           ``b`` and the answer none of ``a, b, c``, a third of that space
+           (``a + b + c`` divisible by 3); six names, six objects (opt-in)
 =========  ==========================================================  =======================
+
+The last three are harder levels for models past the first five (a 0.5B Qwen2 imported from a GGUF passed ``add`` and
+``mul`` at about 1.0 in a card run that is not committed); they are not in the default ``levels``, so
+every committed run keeps its problems. Appended to :data:`LEVELS`, they leave the first five levels'
+``difficulty`` unchanged.
 
 No operand is 0 and no multiplier is 1, so a response that merely repeats an operand of ``a + b``,
 ``a * b`` or ``a + b + c`` is never graded correct (the last-number reading below would otherwise
@@ -238,6 +250,27 @@ def _word_items() -> Iterator[Item]:
                                    d, f"The table has {_n(a, obj)} and {b} are taken, so {a} - {b} = {d}. The answer is {d}.", (a, b))
 
 
+def _word2_items() -> Iterator[Item]:
+    """Two-step word problems: ``a`` objects, ``b`` more, ``c`` given away (``c`` never equal to ``a`` or ``b``, and
+    the answer equal to none of the three, so repeating an operand never passes)."""
+    for name, he in _NAMES:
+        for obj in _OBJECTS:
+            objs = obj[1]
+            for a in range(1, 10):
+                for b in range(1, 10):
+                    total = a + b
+                    for c in range(1, total):
+                        d = total - c
+                        if c in (a, b) or d in (a, b, c):
+                            continue
+                        if (a + b + c) % 3:  # a third of the space keeps each level's size in proportion
+                            continue
+                        yield Item(f"{name} has {_n(a, obj)}. {he} gets {b} more, then gives {c} to a friend. "
+                                   f"How many {objs} does {name} have now?", d,
+                                   f"{name} has {_n(a, obj)} and gets {b} more, so {a} + {b} = {total}. "
+                                   f"Then {he.lower()} gives away {c}, so {total} - {c} = {d}. The answer is {d}.", (a, b, c))
+
+
 #: level name -> generator of its whole problem space, in a fixed order (difficulty = position + 1)
 LEVELS: Registry[Callable[[], Iterator[Item]]] = Registry("arith_ladder level", {
     "add": lambda: _arith_items("+", ((a, b) for a in range(1, 10) for b in range(1, 10))),
@@ -245,6 +278,9 @@ LEVELS: Registry[Callable[[], Iterator[Item]]] = Registry("arith_ladder level", 
     "mul": lambda: _arith_items("*", ((a, b) for a in range(2, 10) for b in range(2, 10))),
     "add3": lambda: _arith_items("+", ((a, b, c) for a in range(1, 10) for b in range(1, 10) for c in range(1, 10))),
     "word": _word_items,
+    "add2d": lambda: _arith_items("+", ((a, b) for a in range(10, 100) for b in range(10, 100))),
+    "mul2d": lambda: _arith_items("*", ((a, b) for a in range(11, 100) if a % 10 for b in range(2, 10))),
+    "word2": _word2_items,
 })
 
 

@@ -133,7 +133,7 @@ def test_config_errors(params, match):
 
 def test_repeating_an_operand_never_passes_sums_and_products():
     # no 0 operand and no factor 1: "0 + 9 is not a number" must not read as 9
-    for level in ("add", "mul", "add3"):
+    for level in ("add", "mul", "add3", "add2d", "mul2d", "word2"):
         for item in LEVELS[level]():
             assert item.answer not in item.operands, (level, item)
     assert not verify_natural("When you have 0 + 9, it is not a number", 7).correct
@@ -155,3 +155,24 @@ def test_repeating_an_operand_never_passes_sums_and_products():
 )
 def test_states_result(text, value, stated):
     assert states_result(text, value) is stated
+
+
+def test_harder_levels_are_opt_in_and_keep_the_first_five_difficulties():
+    from llm_harness.tasks.arith_ladder import ArithLadderConfig, ArithLadderTask
+
+    assert ArithLadderConfig().levels == ("add", "sub", "mul", "add3", "word")  # committed runs keep their problems
+    assert LEVELS.names()[:5] == ("add", "sub", "mul", "add3", "word") or list(LEVELS.names())[:5] == ["add", "sub", "mul", "add3", "word"]
+    task = ArithLadderTask(ArithLadderConfig(levels=("add", "add2d", "mul2d", "word2"), n_test=8))
+    probs = task.problems("test")
+    by = {}
+    for p in probs:
+        by.setdefault(p.metadata["level"], []).append(p)
+    assert {k: len(v) for k, v in by.items()} == {"add": 8, "add2d": 8, "mul2d": 8, "word2": 8}
+    assert {k: v[0].difficulty for k, v in by.items()} == {"add": 1.0, "add2d": 6.0, "mul2d": 7.0, "word2": 8.0}
+    for p in by["add2d"] + by["mul2d"]:
+        a, b = p.metadata["operands"]
+        assert a >= 10 and (b >= 10 if p.metadata["level"] == "add2d" else 2 <= b <= 9 and a % 10)
+    for p in by["word2"]:
+        a, b, c = p.metadata["operands"]
+        assert int(p.answer) == a + b - c and "then gives" in p.prompt
+        assert task.verify(p, p.solution).reward == 1.0 and task.verify(p, f"The answer is {a + b}.").reward == 0.0
