@@ -324,23 +324,32 @@ def estimate(rec: MomentRecord, name: str, ctx: Mapping[str, float] | None = Non
     return Estimate(v, v - h, v + h, se)
 
 
+def _two_records(a: MomentRecord, b: MomentRecord, name: str, ctx_a: Mapping[str, float] | None,
+                 ctx_b: Mapping[str, float] | None, transform: Callable[[float], float] | None,
+                 confidence: float) -> tuple[float, float, float, float]:
+    """``(θ̂_a, θ̂_b, se, t half-width)`` of statistic ``name`` (optionally of ``transform∘name``) of two independently
+    realised records: jackknife variances added, t on the smaller of the two degrees of freedom (NaN se and half-width
+    when either jackknife is not finite)."""
+    from scipy import stats
+
+    f = statistic(name)
+    va, sa, da = jackknife(a, f, ctx_a, transform)
+    vb, sb, db = jackknife(b, f, ctx_b, transform)
+    se = math.sqrt(sa * sa + sb * sb) if math.isfinite(sa) and math.isfinite(sb) else math.nan
+    h = float(stats.t.ppf(0.5 + confidence / 2, min(da, db))) * se if math.isfinite(se) else math.nan
+    return va, vb, se, h
+
+
 def log_ratio_interval(a: MomentRecord, b: MomentRecord, name: str, ctx_a: Mapping[str, float] | None = None,
                        ctx_b: Mapping[str, float] | None = None, confidence: float = 0.95) -> Estimate:
     """``stat(a) / stat(b)`` for independently realised ``a`` and ``b``, interval from the jackknife variances of the
     logs (t on the smaller of the two degrees of freedom); NaN interval when either statistic is not positive."""
-    from scipy import stats
-
-    f = statistic(name)
     log = lambda x: math.log(x) if x > 0 else math.nan  # noqa: E731
-    va, sa, da = jackknife(a, f, ctx_a, log)
-    vb, sb, db = jackknife(b, f, ctx_b, log)
+    va, vb, se, h = _two_records(a, b, name, ctx_a, ctx_b, log, confidence)
     ratio = math.exp(va - vb) if math.isfinite(va) and math.isfinite(vb) else math.nan
-    se = math.sqrt(sa * sa + sb * sb) if math.isfinite(sa) and math.isfinite(sb) else math.nan
     if not (math.isfinite(ratio) and math.isfinite(se)):
         return Estimate(ratio, math.nan, math.nan, se)
-    h = float(stats.t.ppf(0.5 + confidence / 2, min(da, db))) * se
     return Estimate(ratio, math.exp(va - vb - h), math.exp(va - vb + h), se)
-
 
 
 def difference_interval(a: MomentRecord, b: MomentRecord, name: str, ctx_a: Mapping[str, float] | None = None,
@@ -348,16 +357,10 @@ def difference_interval(a: MomentRecord, b: MomentRecord, name: str, ctx_a: Mapp
     """``stat(a) − stat(b)`` for independently realised ``a`` and ``b`` (different allocations draw their batches
     independently, so no block of one is paired with a block of the other): jackknife variances added, t on the
     smaller of the two degrees of freedom."""
-    from scipy import stats
-
-    f = statistic(name)
-    va, sa, da = jackknife(a, f, ctx_a)
-    vb, sb, db = jackknife(b, f, ctx_b)
+    va, vb, se, h = _two_records(a, b, name, ctx_a, ctx_b, None, confidence)
     d = va - vb
-    se = math.sqrt(sa * sa + sb * sb) if math.isfinite(sa) and math.isfinite(sb) else math.nan
     if not (math.isfinite(d) and math.isfinite(se)):
         return Estimate(d, math.nan, math.nan, se)
-    h = float(stats.t.ppf(0.5 + confidence / 2, min(da, db))) * se
     return Estimate(d, d - h, d + h, se)
 
 

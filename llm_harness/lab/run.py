@@ -576,7 +576,9 @@ def allocation_rows(records: dict[str, MomentRecord], costs: dict[str, dict[str,
         gains = {g: (log_ratio_interval(rec, base, stat, ctx, ctx).to_plain() if base is not None else None)
                  for g, stat in GAINS.items()}
         signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
-        gains["variance"] = _variance_gain(rec, base, name, costs, preds) if base is not None else None
+        noise = log_ratio_interval(rec, base, "noise_per_ktok") if base is not None else None
+        kind, s2 = _signal_sq(name, costs, preds)
+        gains["variance"] = _variance_gain(noise, kind, s2) if base is not None and preds[name].get("b3") else None
         if rec is base:  # the reference row: 1 by definition (its noise is inside every other row's interval)
             one = {"value": 1.0, "lo": None, "hi": None, "se": None}
             gains = {k: (dict(one, signal_from="unbiased") if k == "variance" else dict(one)) for k in gains}
@@ -586,34 +588,46 @@ def allocation_rows(records: dict[str, MomentRecord], costs: dict[str, dict[str,
             var_ratio = {k: (preds[name][k]["second_moment"] / n_kept) / st["trvar"]["value"]
                          for k in ("b3", "b3d") if preds[name].get(k) is not None}
         rows.append({"name": name, "summary": ALLOCATIONS.lookup(name, where="summary").summary, "stats": st,
-                     "components": components(rec, base, name, costs, preds, ctx) if base is not None and rec is not base else None,
+                     "components": (components(rec, base, name, noise, kind, s2, preds, ctx)
+                                    if base is not None and rec is not base else None),
                      "realised_gain": gains["aligned_pool"], "realised_gains": gains, "signal_sq_ratio": signal,
                      "predicted": preds[name], "predicted_over_realised_trvar": var_ratio, "cost": costs[name],
                      "batches": rec.n})
     return rows
 
 
-def _variance_gain(rec: MomentRecord, base: MomentRecord, name: str, costs: dict[str, dict[str, float]],
-                   preds: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Realised gain with the signal known without measuring it: ``s² · (tr Var · tokens)_uniform / (tr Var · tokens)_A``.
+def _signal_sq(name: str, costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]]) -> tuple[str, float | None]:
+    """How an allocation's signal scale ``s²`` (its ⟨E g, ∇J⟩ over uniform's, squared) is known, and its value:
+    ``shaped`` (ExTra: no model, None), ``biased`` (only Assumption S's prediction), ``dapo`` (realised
+    ``(generated / kept groups)²``) or ``unbiased`` (1, a theorem for importance-weighted allocations)."""
+    c = costs[name]
+    if preds[name].get("shaped"):
+        return "shaped", None
+    if preds[name].get("biased"):
+        p3 = preds[name].get("b3") or {}
+        u3 = preds.get("uniform", {}).get("b3") or {}
+        s = (p3.get("signal_scale") / u3["signal_scale"]) if p3.get("signal_scale") and u3.get("signal_scale") else None
+        return "biased", None if s is None else s * s
+    if c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
+        return "dapo", (c["generated_groups"] / c["kept_groups"]) ** 2
+    return "unbiased", 1.0
+
+
+def _variance_gain(noise: Any, kind: str, s2: float | None) -> dict[str, Any] | None:
+    """Realised gain with the signal known without measuring it: ``s² · (tr Var · tokens)_uniform / (tr Var · tokens)_A``
+    (``noise`` is the allocation's noise ratio over uniform's, so the gain is ``s² / noise``).
 
     ``s`` is 1 for an importance-weighted allocation (unbiasedness is a theorem: this is then its realised SNR gain,
     resolved long before ‖E g‖² is) and the realised ``generated / kept`` groups for DAPO (``signal_from`` says which).
     None for a biased allocation, whose ``s`` only Assumption S gives: a number with the prediction on both sides
     would test nothing (its measured noise ratio and the predicted ``s²`` are reported apart, :func:`components`),
     and None for ExTra (no signal model)."""
-    p3 = preds[name].get("b3")
-    if p3 is None or preds[name].get("biased"):
+    if kind not in ("unbiased", "dapo"):
         return None
-    e = log_ratio_interval(base, rec, "noise_per_ktok")
-    c = costs[name]
-    if c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
-        s, source = c["generated_groups"] / c["kept_groups"], "1/P(kept), realised"
-    else:
-        s, source = 1.0, "unbiased"
-    f = s * s
-    return {"value": e.value * f, "lo": e.lo * f, "hi": e.hi * f, "se": e.se, "signal_from": source,
-            "label": ratio_label(e.lo * f, e.hi * f)}
+    inv = lambda x: s2 / x if x and math.isfinite(x) and x > 0 else math.nan  # noqa: E731
+    lo, hi = inv(noise.hi), inv(noise.lo)
+    return {"value": inv(noise.value), "lo": lo, "hi": hi, "se": noise.se,
+            "signal_from": "unbiased" if kind == "unbiased" else "1/P(kept), realised", "label": ratio_label(lo, hi)}
 
 
 def _predicted_noise_ratio(preds: dict[str, dict[str, Any]], name: str, key: str) -> float | None:
@@ -631,34 +645,24 @@ def _with_label(e: Any, kind: str) -> dict[str, Any]:
     return d
 
 
-def components(rec: MomentRecord, base: MomentRecord, name: str, costs: dict[str, dict[str, float]],
+#: how each kind of :func:`_signal_sq` is reported
+_SIGNAL_SOURCES = {"shaped": "no model (shaped advantages)", "biased": "predicted (assumption S)",
+                   "dapo": "realised (1/P(kept))²", "unbiased": "unbiased (theorem)"}
+
+
+def components(rec: MomentRecord, base: MomentRecord, name: str, noise: Any, kind: str, s2: float | None,
                preds: dict[str, dict[str, Any]], ctx: dict[str, float]) -> dict[str, Any]:
     """What the realised gain is made of, each measured with its own 95 % interval and label, beside what theory
-    predicts for it: the noise ratio (tr Var × generated tokens per batch, over uniform's; ``resolved`` when its
-    interval spans at most a factor :data:`~llm_harness.lab.moments.RESOLVE_FACTOR`), ‖E g‖² and the projection
+    predicts for it: the noise ratio ``noise`` (tr Var × generated tokens per batch, over uniform's; ``resolved`` when
+    its interval spans at most a factor :data:`~llm_harness.lab.moments.RESOLVE_FACTOR`), ‖E g‖² and the projection
     ⟨E g, ∇J_heldout⟩ with their differences from uniform's (``> 0`` / ``< 0`` / ``not detected``), and the signal
-    scale ``s²`` — realised for DAPO (1/P(kept)²), 1 for an importance-weighted allocation, and for a biased one
-    Assumption S's prediction only."""
-    c = costs[name]
-    if preds[name].get("shaped"):
-        signal = {"value": None, "source": "no model (shaped advantages)"}
-    elif preds[name].get("biased"):
-        p3 = preds[name].get("b3") or {}
-        u3 = preds.get("uniform", {}).get("b3") or {}
-        s = (p3.get("signal_scale") / u3["signal_scale"]) if p3.get("signal_scale") and u3.get("signal_scale") else None
-        signal = {"value": None if s is None else s * s, "source": "predicted (assumption S)"}
-    elif c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
-        signal = {"value": (c["generated_groups"] / c["kept_groups"]) ** 2, "source": "realised (1/P(kept))²"}
-    else:
-        signal = {"value": 1.0, "source": "unbiased (theorem)"}
-    noise = log_ratio_interval(rec, base, "noise_per_ktok")
-    _, log_se, _ = jackknife(rec, statistic("noise_per_ktok"), None, lambda x: math.log(x) if x > 0 else math.nan)
-    _, log_se_u, _ = jackknife(base, statistic("noise_per_ktok"), None, lambda x: math.log(x) if x > 0 else math.nan)
-    se = math.sqrt(log_se ** 2 + log_se_u ** 2) if math.isfinite(log_se) and math.isfinite(log_se_u) else math.nan
+    scale ``s²`` of :func:`_signal_sq` — realised for DAPO (1/P(kept)²), 1 for an importance-weighted allocation, and
+    for a biased one Assumption S's prediction only."""
+    signal = {"value": s2, "source": _SIGNAL_SOURCES[kind]}
     return {
         "noise_ratio": {**_with_label(noise, "ratio"), "predicted_b3": _predicted_noise_ratio(preds, name, "b3"),
                         "predicted_b3d": _predicted_noise_ratio(preds, name, "b3d"),
-                        "batches_for_25pct": batches_to_resolve(se, rec.n)},
+                        "batches_for_25pct": batches_to_resolve(noise.se, rec.n)},
         "mean_sq": _with_label(estimate(rec, "mean_sq", ctx), "sign"),
         "mean_sq_minus_uniform": _with_label(difference_interval(rec, base, "mean_sq", ctx, ctx), "sign"),
         "heldout_projection": _with_label(estimate(rec, "dot:heldout", ctx), "sign"),

@@ -230,45 +230,48 @@ def _n(count: int, obj: tuple[str, str]) -> str:
     return f"{count} {obj[0] if count == 1 else obj[1]}"
 
 
-def _word_items() -> Iterator[Item]:
+def _cast() -> Iterator[tuple[str, str, tuple[str, str], str]]:
+    """Every (name, pronoun, object, its plural) of the word problems, in a fixed order."""
     for name, he in _NAMES:
         for obj in _OBJECTS:
-            objs = obj[1]
-            for a in range(1, 10):
-                for b in range(1, 10):
-                    c = a + b
-                    yield Item(f"{name} has {_n(a, obj)}. {he} gets {b} more. How many {objs} does {name} have now?",
-                               c, f"{name} has {_n(a, obj)} and gets {b} more, so {a} + {b} = {c}. The answer is {c}.", (a, b))
-                    yield Item(f"There {'is' if a == 1 else 'are'} {_n(a, obj)} in a box. {name} puts {b} more in the box. "
-                               f"How many {objs} are in the box now?",
-                               c, f"The box has {_n(a, obj)} and {b} more are put in, so {a} + {b} = {c}. The answer is {c}.", (a, b))
-                    if b < a:
-                        d = a - b
-                        yield Item(f"{name} has {_n(a, obj)}. {he} gives {b} to a friend. How many {objs} does {name} have left?",
-                                   d, f"{name} has {_n(a, obj)} and gives away {b}, so {a} - {b} = {d}. The answer is {d}.", (a, b))
-                        yield Item(f"There are {_n(a, obj)} on a table. {name} takes {b} of them. How many {objs} are left on the table?",
-                                   d, f"The table has {_n(a, obj)} and {b} are taken, so {a} - {b} = {d}. The answer is {d}.", (a, b))
+            yield name, he, obj, obj[1]
+
+
+def _word_items() -> Iterator[Item]:
+    for name, he, obj, objs in _cast():
+        for a in range(1, 10):
+            for b in range(1, 10):
+                c = a + b
+                yield Item(f"{name} has {_n(a, obj)}. {he} gets {b} more. How many {objs} does {name} have now?",
+                           c, f"{name} has {_n(a, obj)} and gets {b} more, so {a} + {b} = {c}. The answer is {c}.", (a, b))
+                yield Item(f"There {'is' if a == 1 else 'are'} {_n(a, obj)} in a box. {name} puts {b} more in the box. "
+                           f"How many {objs} are in the box now?",
+                           c, f"The box has {_n(a, obj)} and {b} more are put in, so {a} + {b} = {c}. The answer is {c}.", (a, b))
+                if b < a:
+                    d = a - b
+                    yield Item(f"{name} has {_n(a, obj)}. {he} gives {b} to a friend. How many {objs} does {name} have left?",
+                               d, f"{name} has {_n(a, obj)} and gives away {b}, so {a} - {b} = {d}. The answer is {d}.", (a, b))
+                    yield Item(f"There are {_n(a, obj)} on a table. {name} takes {b} of them. How many {objs} are left on the table?",
+                               d, f"The table has {_n(a, obj)} and {b} are taken, so {a} - {b} = {d}. The answer is {d}.", (a, b))
 
 
 def _word2_items() -> Iterator[Item]:
     """Two-step word problems: ``a`` objects, ``b`` more, ``c`` given away (``c`` never equal to ``a`` or ``b``, and
     the answer equal to none of the three, so repeating an operand never passes)."""
-    for name, he in _NAMES:
-        for obj in _OBJECTS:
-            objs = obj[1]
-            for a in range(1, 10):
-                for b in range(1, 10):
-                    total = a + b
-                    for c in range(1, total):
-                        d = total - c
-                        if c in (a, b) or d in (a, b, c):
-                            continue
-                        if (a + b + c) % 3:  # a third of the space keeps each level's size in proportion
-                            continue
-                        yield Item(f"{name} has {_n(a, obj)}. {he} gets {b} more, then gives {c} to a friend. "
-                                   f"How many {objs} does {name} have now?", d,
-                                   f"{name} has {_n(a, obj)} and gets {b} more, so {a} + {b} = {total}. "
-                                   f"Then {he.lower()} gives away {c}, so {total} - {c} = {d}. The answer is {d}.", (a, b, c))
+    for name, he, obj, objs in _cast():
+        for a in range(1, 10):
+            for b in range(1, 10):
+                total = a + b
+                for c in range(1, total):
+                    d = total - c
+                    if c in (a, b) or d in (a, b, c):
+                        continue
+                    if (a + b + c) % 3:  # a third of the space keeps each level's size in proportion
+                        continue
+                    yield Item(f"{name} has {_n(a, obj)}. {he} gets {b} more, then gives {c} to a friend. "
+                               f"How many {objs} does {name} have now?", d,
+                               f"{name} has {_n(a, obj)} and gets {b} more, so {a} + {b} = {total}. "
+                               f"Then {he.lower()} gives away {c}, so {total} - {c} = {d}. The answer is {d}.", (a, b, c))
 
 
 #: level name -> generator of its whole problem space, in a fixed order (difficulty = position + 1)

@@ -5,10 +5,10 @@ verl 0.9.1's platform layer registers ``nvidia``, ``npu`` and ``amd`` only and f
 registry, so the toolkit's ``verl.plugins`` entry point adds :class:`PlatformCPU` as ``cpu``,
 chosen by ``VERL_PLATFORM=cpu`` (verl's own override; never auto-detected, so a GPU machine is
 unaffected): device ``cpu``, process groups on ``gloo``, the ``torch.cpu`` module plus the memory and
-RNG calls verl makes on a device module (memory figures are the process's resident set,
-:func:`_rss`). This module imports nothing of verl but the platform layer: the package imports it
+RNG calls verl makes on a device module (memory figures are the process's resident set
+and its peak). This module imports nothing of verl but the platform layer: the package imports it
 first, because other verl modules ask for the platform when they are imported.
-The rollout that goes with it is :mod:`.hf_rollout`; the override set of a run is ``scripts/verl/cpu.sh``.
+The rollout that goes with it is :mod:`.hf_rollout`; the override set of a run is ``scripts/verl/cpu.overrides``.
 
 One verl function cannot be reached through the registry: ``verl.utils.distributed`` builds the
 process-group backend as ``cpu:gloo,{device}:{backend}``, which torch rejects as a duplicate when the
@@ -32,23 +32,16 @@ __all__ = ["PLATFORM", "PlatformCPU", "register_engines", "selected"]
 
 PLATFORM = "cpu"
 
-def _rss() -> int:
-    """Resident set size of this process in bytes (``/proc/self/statm``; 0 where it cannot be read)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
-        return 0
+def _proc_bytes(path: str, key: str) -> int:
+    """A kB field of a ``/proc`` file in bytes (:func:`llm_harness.trainer.memory_check.proc_kib_field`; 0 if unreadable)."""
+    from llm_harness.trainer.memory_check import proc_kib_field
+
+    return proc_kib_field(path, key) or 0
 
 
 def _mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) host memory in bytes, as ``torch.cuda.mem_get_info`` reports device memory."""
-    info = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0]) * 1024
-    return info.get("MemAvailable", info.get("MemFree", 0)), info.get("MemTotal", 0)
+    return _proc_bytes("/proc/meminfo", "MemAvailable"), _proc_bytes("/proc/meminfo", "MemTotal")
 
 
 def _device_module() -> types.ModuleType:
@@ -61,7 +54,9 @@ def _device_module() -> types.ModuleType:
     m.current_device = lambda: "cpu"
     m.empty_cache = m.ipc_collect = m.set_per_process_memory_fraction = m.reset_peak_memory_stats = nothing
     m.mem_get_info = _mem_get_info
-    m.memory_allocated = m.memory_reserved = m.max_memory_allocated = m.max_memory_reserved = lambda *a, **k: _rss()
+    # the process's resident set (now / its peak) stands for allocated device memory
+    m.memory_allocated = m.memory_reserved = lambda *a, **k: _proc_bytes("/proc/self/status", "VmRSS")
+    m.max_memory_allocated = m.max_memory_reserved = lambda *a, **k: _proc_bytes("/proc/self/status", "VmHWM")
     m.get_rng_state = lambda *a, **k: torch.get_rng_state()
     m.set_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
     m.manual_seed = m.manual_seed_all = torch.manual_seed
