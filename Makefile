@@ -39,13 +39,14 @@ figures: $(STAMP)
 	$(BIN)/vsr figures --out figures
 
 # `make figures` must rewrite every committed file under figures/ byte for byte (its only tracked output; wall times
-# and peak memory go to the ignored timings.* files): after it, git must see no change and no new file there
+# and peak memory go to the ignored timings.* files) and leave the run records' store, records/ (read by
+# `vsr compare`, records/README.md), alone: after it, git must see no change and no new file in either
 figures-check: figures
-	@changed="$$(git status --porcelain --untracked-files=all -- figures)"; \
+	@changed="$$(git status --porcelain --untracked-files=all -- figures records)"; \
 	if [ -n "$$changed" ]; then \
-		echo "figures-check: make figures changed or added these files under figures/:"; echo "$$changed"; exit 1; \
+		echo "figures-check: make figures changed or added these files under figures/ or records/:"; echo "$$changed"; exit 1; \
 	fi; \
-	echo "figures-check: make figures left figures/ as committed"
+	echo "figures-check: make figures left figures/ and records/ as committed"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider $(PYTEST_ARGS)
@@ -102,5 +103,24 @@ $(VLLM_STAMP): pyproject.toml | $(VLLM_BIN)/python
 vllm-test: $(VLLM_STAMP)
 	VLLM_LOGGING_LEVEL=ERROR $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider tests/llm_harness/backends $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml: docs/ and the docstrings, which mkdocstrings reads without importing the toolkit,
+# so .venv is not needed): its own venv, every package pinned in requirements/docs.txt; `mkdocs build --strict` fails
+# on a broken link, anchor or reference. The site goes to site/ (not committed); `.venv-docs/bin/mkdocs serve`
+# previews it while editing. NO_MKDOCS_2_WARNING: the theme's notice of its end of life (mkdocs.yml says what follows)
+.PHONY: docs
+DOCS_VENV  := .venv-docs
+DOCS_BIN   := $(DOCS_VENV)/bin
+DOCS_STAMP := $(DOCS_VENV)/.installed
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict
+
+$(DOCS_BIN)/python:
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_BIN)/python -m pip install --quiet --upgrade pip
+
+$(DOCS_STAMP): requirements/docs.txt | $(DOCS_BIN)/python
+	$(DOCS_BIN)/python -m pip install --quiet -r requirements/docs.txt
+	touch $(DOCS_STAMP)
+
 clean-venv:
-	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV) $(DOCS_VENV)

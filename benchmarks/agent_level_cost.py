@@ -41,7 +41,7 @@ __all__ = ["LevelCostConfig", "run"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the committed GiGPO records of the agents suite's BabyAI regime (OneRoomS8): the calibration
-SUITE_RECORDS = ROOT / "figures" / "compare_agents" / "records" / "babyai" / "gigpo"
+SUITE_RECORDS = ROOT / "records" / "compare_agents" / "babyai" / "gigpo"
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def run(cfg: LevelCostConfig) -> dict:
     print(f"suite = {cfg.arms} arms x {cfg.suite_seeds} seeds x {cfg.steps} updates of {cfg.states} x {cfg.group} episodes, "
           f"two runs at a time; load average {load[0]:.2f} / {load[1]:.2f} (1 / 5 min)")
     if cfg.out:
-        from vsr.atomic import write_text
+        from vsr_util.atomic import write_text
 
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         write_text(cfg.out, json.dumps(res, indent=2) + "\n")

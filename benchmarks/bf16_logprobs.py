@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np
 import torch
 
-from vsr.atomic import write_text
+from vsr_util.atomic import write_text
 
 
 @dataclass(frozen=True)

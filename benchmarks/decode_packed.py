@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from llm_harness.backends import HFBackend, HFBackendConfig, SamplingParams
     from llm_harness.backends.packed_linear import pack_kind
     from llm_harness.models.gguf_import import resolve_model_folder
-    from vsr.atomic import write_json, write_text
+    from vsr_util.atomic import write_json, write_text
 
     torch.set_num_threads(a.threads)
     path = resolve_model_folder(a.model)

@@ -498,8 +498,8 @@ def run(cfg: ExactSweepConfig) -> int:
 
     import numba as nb
 
-    from vsr.atomic import write_csv, write_json
-    from vsr.config_io import save_config, to_dict
+    from vsr_util.atomic import write_csv, write_json
+    from vsr_util.config_io import save_config, to_dict
 
     if cfg.quick:
         cfg = _quick(cfg)

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from llm_harness.backends import HFBackend, HFBackendConfig, SamplingParams, rows_per_chunk
-from vsr.atomic import write_csv as atomic_write_csv
-from vsr.config_io import save_config
+from vsr_util.atomic import write_csv as atomic_write_csv
+from vsr_util.config_io import save_config
 
 COLUMNS = ("benchmark", "scenario", "vocab_size", "ours_s", "baseline_s", "ours_tok_per_s", "baseline_tok_per_s",
            "ratio", "target", "meets_target", "detail")

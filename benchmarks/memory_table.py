@@ -158,7 +158,7 @@ class MemoryTableConfig:
     killed for memory, which its row records. Default: the refusal is the row (``refused by the memory check``)."""
 
     def __post_init__(self) -> None:
-        from vsr.checks import check_number
+        from vsr_util.checks import check_number
 
         for n in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "micro_batch_rows", "merges"):
             check_number(n, getattr(self, n), 1, integer=True)
@@ -462,7 +462,7 @@ def machine() -> dict[str, Any]:
 
 def write_results(cfg: MemoryTableConfig, rows: list[dict[str, Any]], models: dict[str, Any]) -> Path:
     """``memory_table.json`` and ``memory_table.md`` in ``out_dir``; returns the JSON's path."""
-    from vsr.atomic import write_text
+    from vsr_util.atomic import write_text
 
     out = Path(cfg.out_dir)
     res = {"config": asdict(cfg), "machine": machine(), "models": models, "rows": rows}

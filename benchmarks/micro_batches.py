@@ -52,7 +52,7 @@ def _one(regime: str, micro: int) -> dict:
     from llm_harness.compare.jobs import CompareConfig, plan_jobs
     from llm_harness.trainer.config import TrainConfig
     from llm_harness.trainer.entry import build_trainer
-    from vsr.config_io import from_dict
+    from vsr_util.config_io import from_dict
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +103,7 @@ def run(cfg: MicroBatchBenchConfig) -> int:
         "load_before": load0[0],
     }
     print(json.dumps(summary, indent=2))
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     write_json(cfg.out, {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "runs": runs, "summary": summary})
     return 0

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 COLUMNS = ("benchmark", "scenario", "threads", "ours_s", "baseline_s", "ours_tok_per_s", "baseline_tok_per_s", "ratio",
            "target", "meets_target", "detail")
@@ -144,8 +144,8 @@ def run(cfg: PrefixValueBenchConfig) -> int:
     import torch
 
     from llm_harness.backends import HFBackend, HFBackendConfig
-    from vsr.atomic import write_csv
-    from vsr.config_io import save_config
+    from vsr_util.atomic import write_csv
+    from vsr_util.config_io import save_config
 
     from prefixvalue.config import StudyConfig
     from prefixvalue.engine import build_context, resolve_model

@@ -1,13 +1,13 @@
 """Check the evidence suites' cost model (:data:`llm_harness.compare.sizing.COST`) against the committed records.
 
-For every (paper, regime, arm) with records under ``figures/compare_*/records`` (a run shared by sibling suites
+For every (paper, regime, arm) with records in the records store, ``records/compare_*`` (a run shared by sibling suites
 counted once) it prints the median measured wall seconds of a run (``done.json['wall_s']``, timed inside the worker,
 after its imports), the median per-update step time and evaluation time per sequence from the run's metrics, and
 :func:`~llm_harness.compare.sizing.job_seconds`' prediction for the same config (which includes
 ``startup_s``, so the part of startup outside the worker is not checked here; base jobs have no metrics and are not
 checked either)::
 
-    python benchmarks/suite_cost.py [--figures figures]
+    python benchmarks/suite_cost.py [--records records]
 
 The records were written by runs two at a time on 2 otherwise idle cores (each suite's README says when), so this
 reads timings that were already measured; it does not time anything itself.
@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 
-def record_timings(figures: Path) -> list[dict[str, Any]]:
-    """One row per (paper, regime, arm) of the evidence suites' records. A run that sibling suites share is stored
+def record_timings(store: Path) -> list[dict[str, Any]]:
+    """One row per (paper, regime, arm) of the evidence suites' records in ``store`` (``records/``: one folder per
+    suite, ``compare_<suite>/<regime>/<arm>/seed<k>``). A run that sibling suites share is stored
     once (the others' manifests point at it: ``llm_harness.compare.records``, "Pointers"); a copy kept before pointers
     existed would hold the same ``done.json`` and is counted once, under the first suite that holds it.
     Failed runs and runs without per-update timings are skipped."""
@@ -34,8 +35,8 @@ def record_timings(figures: Path) -> list[dict[str, Any]]:
     seen: set[tuple[str, str, str, str, str]] = set()
     groups: dict[tuple[str, str, str], list[tuple[float, float, float, dict]]] = {}
     first_suite: dict[tuple[str, str, str], str] = {}
-    for seed_dir in sorted(figures.glob("compare_*/records/*/*/seed*")):
-        suite, regime, arm = seed_dir.parts[-5], seed_dir.parts[-3], seed_dir.parts[-2]
+    for seed_dir in sorted(store.glob("compare_*/*/*/seed*")):
+        suite, regime, arm = seed_dir.parts[-4], seed_dir.parts[-3], seed_dir.parts[-2]
         if suite.removeprefix("compare_") not in EVIDENCE_SUITES:
             continue
         done_p, metrics_p = seed_dir / "done.json", seed_dir / "metrics.jsonl.gz"
@@ -74,11 +75,11 @@ def record_timings(figures: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--figures", type=Path, default=Path("figures"))
+    ap.add_argument("--records", type=Path, default=Path("records"), help="the records store (default: records)")
     args = ap.parse_args(argv)
-    rows = record_timings(args.figures)
+    rows = record_timings(args.records)
     if not rows:
-        raise SystemExit(f"no evidence-suite records with configs under {args.figures}/compare_*/records")
+        raise SystemExit(f"no evidence-suite records with configs under {args.records}/compare_*")
     print(f"{'suite':24s} {'arm':24s} {'runs':>4s} {'step s':>7s} {'eval ms/seq':>11s} {'wall s':>7s} {'model s':>7s} {'model/wall':>10s}")
     for r in rows:
         print(f"{r['suite']:24s} {r['arm']:24s} {r['runs']:4d} {r['step_s']:7.2f} {r['eval_seq_ms']:11.2f} {r['wall_s']:7.1f} "

@@ -75,8 +75,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
-from vsr.atomic import write_text
-from vsr.config_io import save_config
+from vsr_util.atomic import write_text
+from vsr_util.config_io import save_config
 
 #: contender -> what it runs (ours: zero-variance filter on, as the trainer's default)
 CONTENDERS = {
@@ -167,7 +167,7 @@ class TrlBenchConfig:
     """JSON of the results (every run, the summary; the config is saved beside it)."""
 
     def __post_init__(self) -> None:
-        from vsr.checks import check_number
+        from vsr_util.checks import check_number
 
         for n in ("repeats", "steps", "prompts", "group_size", "max_new_tokens", "eval_k", "threads", "gemm_repeats",
                   "fast_micro_batch_rows"):
@@ -225,15 +225,16 @@ def _load(path: Path):
 
 def _accuracy(model, tok, task, cfg: TrlBenchConfig) -> tuple[float, float]:
     from llm_harness.backends import HFBackend, HFBackendConfig
-    from llm_harness.trainer.evaluation import evaluate_policy
+    from llm_harness.trainer.evaluation import SamplingSession, evaluate_policy
     from llm_harness.trainer.modeling import Codec
     from llm_harness.trainer.rollout import SafeVerifier
 
     model.eval()
     be = HFBackend(model, tok, config=HFBackendConfig(pad_token_id=tok.pad_token_id))
     probs = list(task.problems("validation"))[: cfg.eval_problems]
-    res = evaluate_policy(be, Codec(tok), task, SafeVerifier(task, 0), probs, k=cfg.eval_k, temperature=1.0,
-                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + 99)
+    session = SamplingSession(be, Codec(tok), task, SafeVerifier(task, 0), temperature=1.0,
+                              max_new_tokens=cfg.max_new_tokens)
+    res = evaluate_policy(session, probs, k=cfg.eval_k, seed=cfg.seed + 99)
     acc = res["avg_at_k"]
     return acc, math.sqrt(max(acc * (1 - acc), 1e-12) / len(probs))
 

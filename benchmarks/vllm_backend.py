@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vsr.atomic import write_text
-from vsr.config_io import save_config
+from vsr_util.atomic import write_text
+from vsr_util.config_io import save_config
 
 CONTENDERS = ("ours_vllm", "raw_vllm", "hf", "hf_static")
 #: (a, b): the reported ratio is a's tokens/s over b's, within a round (> 1: a is faster)
@@ -71,7 +71,7 @@ class VLLMBenchConfig:
     """Where the JSON goes (the config is written beside it)."""
 
     def __post_init__(self) -> None:
-        from vsr.checks import check_number
+        from vsr_util.checks import check_number
 
         for name in ("prompts", "n", "max_new_tokens", "repeats", "threads"):
             check_number(name, getattr(self, name), 1, integer=True)

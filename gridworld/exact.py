@@ -40,7 +40,7 @@ from gridworld.graph import StateGraph, state_graph
 from gridworld.mdp import TabularMDP
 from gridworld.policies import as_policy
 from theory._validate import as_array, check_probability, check_simplex
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 # =============================================================================================
 # Policy kernel

@@ -159,7 +159,7 @@ def plot_sweep(summary, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import save_figure
+    from vsr_util.atomic import save_figure
 
     groups = list(summary.groupby(["layout", "slip"], sort=False))
     Hs = sorted(summary["horizon"].unique())
@@ -198,8 +198,8 @@ def plot_sweep(summary, out: Path) -> None:
 
 def figure2_sweep(cfg: Figure2SweepConfig) -> int:
     """Run the sweep, write its CSVs and figure, print where each picture appears."""
-    from vsr.atomic import write_frame_csv
-    from vsr.config_io import save_config
+    from vsr_util.atomic import write_frame_csv
+    from vsr_util.config_io import save_config
 
     runs, curves = run_sweep(cfg)
     summary = summary_table(runs)

@@ -22,8 +22,8 @@ import numpy as np
 
 from gridworld.curriculum import cell_marginals, curriculum_curve, trend_scalars
 from gridworld.pg_experiment import PGConfig, curve_table, make_grid, one_torch_thread, paired_difference, run_comparison, train_learner, variance_table
-from vsr.registry import Registry
-from vsr.atomic import CSV_FLOAT_FORMAT
+from vsr_util.registry import Registry
+from vsr_util.atomic import CSV_FLOAT_FORMAT
 
 
 @dataclass(frozen=True)
@@ -165,8 +165,8 @@ def figure2(cfg: Figure2Config) -> int:
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from vsr.atomic import save_figure, write_frame_csv
-    from vsr.config_io import save_config
+    from vsr_util.atomic import save_figure, write_frame_csv
+    from vsr_util.config_io import save_config
 
     snaps = tuple(sorted(set(cfg.snapshots)))
     if not snaps or snaps[-1] > cfg.updates or snaps[0] < 0:
@@ -237,7 +237,7 @@ def _figure_regimes(curr_all, regimes: dict, out: Path) -> None:
     """``figure2_regimes.png``: one block (heatmaps + curriculum statistics) per regime."""
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import save_figure
+    from vsr_util.atomic import save_figure
 
     n_snap = max(len(p) for _, p in regimes.values())
     fig = plt.figure(figsize=(3.0 * n_snap + 5.5, 9.6 * len(regimes)))
@@ -272,8 +272,8 @@ def compare(cfg: CompareConfig) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import save_figure, write_frame_csv, write_text
-    from vsr.config_io import save_config
+    from vsr_util.atomic import save_figure, write_frame_csv, write_text
+    from vsr_util.config_io import save_config
 
     traces = run_comparison(cfg.pg, progress=cfg.progress)
     out = Path(cfg.out)

@@ -21,7 +21,7 @@ import numpy as np
 
 from gridworld import kernels as K
 from gridworld.mdp import TabularMDP
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["GRAPH_BUILDERS", "StateGraph", "build_state_graph", "state_graph"]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from gridworld.mdp import INDEX_DTYPE, TabularMDP
 from theory._validate import as_array, check_probability
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 #: The default 7x7 map (see the module docstring).
 DEFAULT_LAYOUT = """

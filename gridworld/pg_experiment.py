@@ -38,7 +38,7 @@ from gridworld.grid import GridWorld, build_gridworld, layout_text
 from gridworld.policies import encode_states, make_mlp_policy, policy_table
 from gridworld.real_policy_theory import mlp_score_vectors, real_policy_problem
 from theory import vsr_variance as vv
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from theory._validate import as_array, check_simplex
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 # =============================================================================================
 # Tables

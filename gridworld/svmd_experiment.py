@@ -46,7 +46,7 @@ import numpy as np
 from theory import svmd as sv
 from theory._validate import as_array, check_probability, check_simplex
 from theory.instances import DenseMDP, random_dense_mdp
-from vsr.atomic import CSV_FLOAT_FORMAT
+from vsr_util.atomic import CSV_FLOAT_FORMAT
 
 #: Tie tolerance used when the comparator spreads its mass over the optimal actions.
 ARGMAX_TIE_TOL = 1e-12
@@ -384,7 +384,7 @@ def plot(rows: list[dict], cfg: SVMDConfig, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vsr.atomic import save_figure
+    from vsr_util.atomic import save_figure
 
     n = len(cfg.settings)
     fig, axes = plt.subplots(n, 3, figsize=(14, 3.8 * n), squeeze=False)
@@ -427,8 +427,8 @@ def plot(rows: list[dict], cfg: SVMDConfig, out: Path) -> list[Path]:
 
 def run(cfg: SVMDConfig) -> int:
     """``vsr gridworld svmd``: run the sweeps, write ``svmd.csv``, the figure and ``config.yaml``."""
-    from vsr.atomic import write_csv
-    from vsr.config_io import save_config
+    from vsr_util.atomic import write_csv
+    from vsr_util.config_io import save_config
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

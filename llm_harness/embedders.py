@@ -1,7 +1,7 @@
 """Response and prefix embedders ``h(·)`` for ExTra's novelty memory and prefix smoothing (ExTra §4.1, §4.3).
 
 ExTra embeds responses with a light sentence embedder (ExTra §4.1, App. B.3) and the same ``h``
-embeds candidate prefixes for entropy smoothing (§4.3). ``EMBEDDERS`` (a :class:`vsr.registry.Registry`)
+embeds candidate prefixes for entropy smoothing (§4.3). ``EMBEDDERS`` (a :class:`vsr_util.registry.Registry`)
 maps a name to a factory ``factory(params, ctx, where) -> Embedder`` (``where`` prefixes error
 messages, e.g. ``plugins.extra.embedder_params``); it is the one embedder registry of the project,
 used by the ExTra plug-ins and by the prefix-selection study. A factory reads only ``ctx.model``
@@ -37,8 +37,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "EMBEDDERS",

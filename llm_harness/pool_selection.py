@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 
 from llm_harness.trainer.pool import POOL_FORMAT, write_pool
-from vsr.checks import check_number
-from vsr.seeding import derive_seed
-from vsr.atomic import read_json
+from vsr_util.checks import check_number
+from vsr_util.seeding import derive_seed
+from vsr_util.atomic import read_json
 
 __all__ = ["POOL_STREAM", "PoolSelectConfig", "PoolSelection", "pool_is_current", "select_command", "select_pool",
            "select_to_file", "selection_config", "timings_path"]
 
-#: role key of the selection's streams in :func:`vsr.seeding.derive_seed`
+#: role key of the selection's streams in :func:`vsr_util.seeding.derive_seed`
 POOL_STREAM = 0x9001
 
 
@@ -69,8 +69,7 @@ def select_pool(trainer: Any, sel: PoolSelection, *, progress: bool = False) -> 
     problems = list(trainer.fresh.problems)
     order = np.random.default_rng(derive_seed(sel.seed, POOL_STREAM, 0)).permutation(len(problems))
     cand = [problems[int(i)] for i in order[: min(sel.candidates, len(problems))]]
-    ev = sample_and_verify(trainer.backend, trainer.codec, trainer.task, trainer.ctx.verifier, cand, k=sel.samples,
-                           temperature=sel.temperature, top_p=sel.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
+    ev = sample_and_verify(trainer.sampling_session(sel.temperature, sel.top_p), cand, k=sel.samples,
                            seed=derive_seed(sel.seed, POOL_STREAM, 1), progress=progress, desc="pool selection")
     succ = ev.correct.sum(axis=1)
     kept = [i for i in range(len(cand)) if succ[i] <= sel.max_successes][: sel.size]
@@ -100,7 +99,7 @@ def selection_config(path: str | Path, **run: Any) -> Any:
     """The TrainConfig of a pool selection: the training config at ``path`` without its own ``task.pool``
     (the pool is what is being chosen), no progress bar, ``run`` fields as given."""
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import deep_merge, from_dict, read_mapping
+    from vsr_util.config_io import deep_merge, from_dict, read_mapping
 
     mapping = deep_merge(read_mapping(path), {"run": {"progress": False, **run}})
     mapping.get("task", {}).pop("pool", None)
@@ -125,7 +124,7 @@ def select_to_file(train_cfg: Any, sel: PoolSelection, out: str | Path, *, progr
     import time
 
     from llm_harness.trainer.entry import build_trainer
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     t0 = time.perf_counter()
     tr = build_trainer(train_cfg)

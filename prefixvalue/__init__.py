@@ -9,7 +9,7 @@ Entry points (none needs tyro):
 
 * ``run_study(name, cfg=None) -> Path`` — run one study, return its output folder;
 * ``python -m prefixvalue <name> [--quick] [--device cuda] [--out DIR] ...``;
-* ``prefixvalue.cli.<study>(cfg)`` for ``vsr study <name>``;
+* ``vsr study <name>`` (built from the registry by ``vsr/cli.py``);
 * ``prefixvalue.figures.make_prefixvalue_figures(out_dir, quick)`` for ``make figures``.
 
 Importing this package is light: torch and transformers load when a study runs.

@@ -138,8 +138,8 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
 
 def save_figure(fig, out_dir: str | Path, stem: str) -> list[Path]:
     """Save ``fig`` as ``<stem>.png`` (atomically, 130 dpi; a PDF too when ``VSR_FIGURE_FORMATS`` asks,
-    :func:`vsr.atomic.save_figure`) and close it; the PNG's path comes first."""
-    from vsr.atomic import save_figure as _save
+    :func:`vsr_util.atomic.save_figure`) and close it; the PNG's path comes first."""
+    from vsr_util.atomic import save_figure as _save
 
     return _save(fig, out_dir, stem, dpi=130)
 

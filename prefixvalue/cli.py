@@ -1,8 +1,7 @@
-"""Command-line entry points of the studies.
+"""Command-line entry point of the studies without tyro.
 
-* ``vsr study <name>`` (tyro, wired in ``vsr/cli.py``): one function per study taking its frozen
-  config — :func:`hint_ratio`, :func:`failed_prefix`, :func:`sigma_validation`,
-  :func:`mte_correlation`, :func:`prefix_selection`.
+``vsr study <name>`` (tyro) is built by ``vsr/cli.py`` from the study registry itself (one command per module of
+:mod:`prefixvalue.studies`, running :func:`prefixvalue.runner.run_study`); this module adds
 * ``python -m prefixvalue <name> [--quick] [--device cuda] [--out DIR] ...`` (:func:`main`):
   plain ``argparse`` built from the same dataclass fields, for machines without tyro (the GPU
   check).
@@ -18,69 +17,12 @@ import typing
 from typing import Any, Sequence
 
 from prefixvalue.runner import run_study
-from prefixvalue.studies.failed_prefix import FailedPrefixConfig
-from prefixvalue.studies.hint_ratio import HintRatioConfig
-from prefixvalue.studies.mte_correlation import MTECorrelationConfig
-from prefixvalue.studies.prefix_selection import PrefixSelectionConfig
-from prefixvalue.studies.sigma_validation import SigmaValidationConfig
+from vsr_util.config_io import field_docs
 
-__all__ = ["build_parser", "failed_prefix", "hint_ratio", "main", "mte_correlation", "prefix_selection",
-           "sigma_validation"]
-
-
-def hint_ratio(cfg: HintRatioConfig) -> int:
-    """``vsr study hint-ratio``: VSR Fig. 7, continuation success vs hint ratio α."""
-    run_study("hint-ratio", cfg)
-    return 0
-
-
-def failed_prefix(cfg: FailedPrefixConfig) -> int:
-    """``vsr study failed-prefix``: VSR D.5, failed vs successful prefixes by position."""
-    run_study("failed-prefix", cfg)
-    return 0
-
-
-def sigma_validation(cfg: SigmaValidationConfig) -> int:
-    """``vsr study sigma-validation``: VSR D.5, predicted σ̂ vs empirical continuation std."""
-    run_study("sigma-validation", cfg)
-    return 0
-
-
-def mte_correlation(cfg: MTECorrelationConfig) -> int:
-    """``vsr study mte-correlation``: ExTra §5.6, prefix metrics vs Monte-Carlo value."""
-    run_study("mte-correlation", cfg)
-    return 0
-
-
-def prefix_selection(cfg: PrefixSelectionConfig) -> int:
-    """``vsr study prefix-selection``: ExTra Fig. 4, pass@k by prefix-selection rule."""
-    run_study("prefix-selection", cfg)
-    return 0
+__all__ = ["build_parser", "main", "parse_config"]
 
 
 # ------------------------------------------------------------------ argparse (no tyro)
-
-
-def _field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings (the string literal after each field) of ``cls`` and its bases."""
-    import ast
-    import inspect
-    import textwrap
-
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError):
-            continue
-        body = tree.body[0].body  # type: ignore[attr-defined]
-        for a, b in zip(body, body[1:]):
-            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
-                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
-                docs[a.target.id] = " ".join(b.value.value.split())
-    return docs
 
 
 def _add_field(group: argparse._ArgumentGroup, f: dataclasses.Field, hint: Any, doc: str) -> None:
@@ -110,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in study_names():
         study = get_study(name)
         p = sub.add_parser(name, help=study.title.replace("%", "%%"), description=study.title.replace("%", "%%"))
-        docs = _field_docs(study.config_cls)
+        docs = field_docs(study.config_cls)
         hints = typing.get_type_hints(study.config_cls)
         group = p.add_argument_group("options")
         for f in dataclasses.fields(study.config_cls):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from llm_harness.tasks.base import check_task_params, parse_task_params
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "NON_IDENTITY_FIELDS",
@@ -166,7 +166,7 @@ def resolve(cfg: StudyConfig, sizes: Mapping[str, Mapping[str, Any]], default_sp
 
 def identity_dict(cfg: StudyConfig) -> dict[str, Any]:
     """The resolved fields that determine a study's results (JSON-ready)."""
-    from vsr.config_io import to_dict
+    from vsr_util.config_io import to_dict
 
     data = to_dict(cfg)
     data = {k: v for k, v in data.items() if k not in NON_IDENTITY_FIELDS}
@@ -192,7 +192,7 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 def config_json(cfg: StudyConfig) -> dict[str, Any]:
     """Every field of ``cfg`` (JSON-ready), for the ``config.json`` written beside the results."""
-    from vsr.config_io import to_dict
+    from vsr_util.config_io import to_dict
 
     return _json_ready(to_dict(cfg))
 

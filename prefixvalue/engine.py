@@ -12,7 +12,7 @@
   model-context cap, verification of ``prefix + continuation`` by the trainer's
   :class:`~llm_harness.trainer.rollout.SafeVerifier`). The HF backend prefills each distinct state
   once and repeats its KV cache ``n`` times; vLLM shares the prefix through prefix caching.
-* every generate call gets its own seed, ``vsr.seeding.derive_seed(study seed, study name, role,
+* every generate call gets its own seed, ``vsr_util.seeding.derive_seed(study seed, study name, role,
   chunk)`` (the project's one seed derivation), so results do not depend on which calls ran
   before (resumption).
 

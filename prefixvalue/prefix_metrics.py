@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from llm_harness.tasks import Problem
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = [
     "ANSWER_PROBES",

@@ -23,7 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from theory._validate import as_array
-from vsr.checks import check_number
+from theory.prefix_scores import alpha_cut  # noqa: F401  (re-exported: the studies' cut, shared with the lab)
+from vsr_util.checks import check_number
 from theory.prefix_scores import p_hat, smoothing_weights, std_hat, variance_hat
 from theory.prefix_scores import smoothed_entropy as smoothed_mte
 
@@ -38,18 +39,6 @@ __all__ = [
     "smoothing_weights",
     "step_cuts",
 ]
-
-
-def alpha_cut(alpha: float, length: int) -> int:
-    """Token position of the prefix holding a fraction ``alpha`` of a ``length``-token trajectory.
-
-    ``round(alpha * length)`` with halves rounded up (so ``alpha = 0.5`` of 5 tokens keeps 3),
-    in ``[0, length]``: ``alpha = 0`` is the bare prompt, ``alpha = 1`` the whole trajectory
-    (VSR Fig. 7, ``α_i = i / |τ|``).
-    """
-    alpha = check_number("alpha", alpha, 0, 1)
-    length = check_number("length", length, 0, integer=True)
-    return int(min(length, math.floor(alpha * length + 0.5)))
 
 
 def step_cuts(n_steps: int, fractions: Sequence[float]) -> tuple[tuple[float, int], ...]:

@@ -8,18 +8,21 @@ A study is four functions over one frozen config class:
 * ``analyze(table, cfg) -> summary`` (JSON-ready dict); ``render(summary) -> markdown``;
 * ``plot(table, summary, out_dir) -> [paths]`` (the PNG first; :func:`prefixvalue.analysis.save_figure`).
 
-Study modules register themselves when imported; :func:`get_study` imports them all.
+Study modules register themselves when imported; :func:`get_study` imports them all (every module of
+:data:`STUDY_PACKAGE`; the file name is the study's name).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
-__all__ = ["STUDIES", "STUDY_MODULES", "Study", "get_study", "register_study", "study_names"]
+__all__ = ["STUDIES", "STUDY_PACKAGE", "Study", "get_study", "register_study", "study_modules", "study_name", "study_names",
+           "study_summary"]
 
 
 @dataclass(frozen=True)
@@ -51,14 +54,45 @@ class Study:
 #: name -> Study.
 STUDIES: Registry[Study] = Registry("study")
 
-#: Modules that define the studies (imported by :func:`get_study`).
-STUDY_MODULES = (
-    "prefixvalue.studies.hint_ratio",
-    "prefixvalue.studies.failed_prefix",
-    "prefixvalue.studies.sigma_validation",
-    "prefixvalue.studies.mte_correlation",
-    "prefixvalue.studies.prefix_selection",
-)
+#: The package whose every module defines one study; the module's file name, dashed, is the study's name (the only
+#: place a study's name is written).
+STUDY_PACKAGE = "prefixvalue.studies"
+
+
+def study_name(module: str) -> str:
+    """A study module's name as the CLI spells it: ``prefixvalue.studies.hint_ratio`` -> ``hint-ratio``."""
+    return module.rsplit(".", 1)[-1].replace("_", "-")
+
+
+def study_modules() -> dict[str, str]:
+    """``name -> module`` of every study module in :data:`STUDY_PACKAGE`, found on disk without importing them (the
+    CLI lists the studies without loading torch), in name order."""
+    import pkgutil
+
+    pkg = importlib.import_module(STUDY_PACKAGE)
+    mods = sorted(f"{STUDY_PACKAGE}.{i.name}" for i in pkgutil.iter_modules(pkg.__path__) if not i.name.startswith("_"))
+    return {study_name(m): m for m in mods}
+
+
+def study_summary(name: str) -> str:
+    """The first sentence of study ``name``'s module docstring (read from its file, not imported): the CLI's help."""
+    import ast
+    import importlib.util
+
+    mods = study_modules()
+    if name not in mods:
+        raise ValueError(f"study: unknown study {name!r}; registered: {sorted(mods)}")
+    spec = importlib.util.find_spec(mods[name])
+    with open(spec.origin, encoding="utf-8") as fh:  # type: ignore[union-attr, arg-type]
+        doc = ast.get_docstring(ast.parse(fh.read())) or name
+    first = " ".join(doc.split("\n\n")[0].split())
+    end = re.search(r"\?\s|(?<!App)(?<!Fig)(?<!Eq)(?<!Sec)(?<!Tab)\.\s(?=[A-Z*])", first + " ")
+    if end is None:
+        return first
+    head, tail = first[: end.start() + 1], first[end.start() + 1:].lstrip()
+    if tail.startswith("(") and ")" in tail:  # the paper reference after a question: "...? (ExTra §5.6, Fig. 4)"
+        head += " " + tail[: tail.index(")") + 1]
+    return head
 
 
 def register_study(study: Study) -> Study:
@@ -67,14 +101,14 @@ def register_study(study: Study) -> Study:
 
 
 def _load_all() -> None:
-    for mod in STUDY_MODULES:
+    for mod in study_modules().values():
         importlib.import_module(mod)
 
 
 def study_names() -> tuple[str, ...]:
-    """Registered study names: the built-in ones in :data:`STUDY_MODULES` order, then any others as registered."""
+    """Registered study names: those of :data:`STUDY_PACKAGE` in name order, then any others as registered."""
     _load_all()
-    builtin = [m.rsplit(".", 1)[1].replace("_", "-") for m in STUDY_MODULES]
+    builtin = list(study_modules())
     return tuple(n for n in builtin if n in STUDIES) + tuple(n for n in STUDIES if n not in builtin)
 
 

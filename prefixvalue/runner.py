@@ -12,7 +12,7 @@ from typing import Any
 from prefixvalue.config import StudyConfig, config_json, identity_dict, resolve
 from prefixvalue.registry import Study, get_study
 from prefixvalue.store import strict_json
-from vsr.atomic import read_json
+from vsr_util.atomic import read_json
 
 __all__ = ["NoEligibleProblemsError", "as_study_config", "model_label", "reanalyze_study", "resolved_config", "run_study"]
 
@@ -50,15 +50,15 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
     """Run study ``name`` with ``cfg`` and return its output folder.
 
     Writes ``config.yaml``, ``results.parquet``, ``summary.json``/``.md`` and the figure
-    (PNG; :func:`vsr.atomic.save_figure`) into ``cfg.out``; resumes from completed chunks already there (same config) and
+    (PNG; :func:`vsr_util.atomic.save_figure`) into ``cfg.out``; resumes from completed chunks already there (same config) and
     refuses a folder holding another config's results (``overwrite=True`` discards them).
     ``backend``/``tokenizer`` reuse an already loaded model (tests, figure jobs); otherwise the
     model is loaded from ``cfg.model``. ``stop_after_chunks`` ends the run after that many new
     chunks without analysing (simulates an interruption; used by the resume tests). With
     ``cfg.reanalyze`` nothing is sampled: :func:`reanalyze_study` analyses the stored table again.
-    The folder is locked for the run (:mod:`vsr.runlock`): a second writer is refused.
+    The folder is locked for the run (:mod:`vsr_util.runlock`): a second writer is refused.
     """
-    from vsr.runlock import locked_folder
+    from vsr_util.runlock import locked_folder
 
     study = get_study(name)
     cfg = resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
@@ -73,7 +73,7 @@ def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from vsr.config_io import save_config
+    from vsr_util.config_io import save_config
 
     from prefixvalue.engine import build_context, select_problems
     from prefixvalue.store import ChunkStore, write_table
@@ -128,7 +128,7 @@ def _analyze_and_write(study: Study, cfg: StudyConfig, table, counts: dict, coll
                        reanalyzed: bool) -> None:
     """The analysis of ``table``: ``summary.json``/``.md`` and the figure in ``out``; the collection's wall time goes to
     ``timings.json`` beside them (not committed: the summary then reproduces byte for byte)."""
-    from vsr.atomic import TIMINGS_FILE, write_json, write_text
+    from vsr_util.atomic import TIMINGS_FILE, write_json, write_text
 
     summary = study.analyze(table, cfg)
     summary = {
@@ -166,7 +166,7 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
     hold them) and the collection time from ``timings.json`` (or, in a folder written before it, the summary)."""
     import pandas as pd
 
-    from vsr.config_io import load_config
+    from vsr_util.config_io import load_config
 
     from prefixvalue.config import config_diff
 
@@ -192,7 +192,7 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
 def _collect_seconds(out: Path, summary: dict) -> float | None:
     """The collection time of the study in ``out``: its ``timings.json``, else the ``collect_seconds`` that summaries
     carried before timings moved out of them, else None."""
-    from vsr.atomic import TIMINGS_FILE
+    from vsr_util.atomic import TIMINGS_FILE
 
     try:
         return read_json(out / TIMINGS_FILE).get("collect_seconds")

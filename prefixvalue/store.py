@@ -10,7 +10,7 @@ Layout of a study's output folder::
     timings.json          the collection's wall time (``collect_seconds``; not committed: ``.gitignore``)
 
 A chunk is done iff its JSON file exists; files are only ever replaced atomically
-(``vsr.atomic``), so an interrupted run leaves complete chunks only and a rerun of the same
+(``vsr_util.atomic``), so an interrupted run leaves complete chunks only and a rerun of the same
 config continues with the first missing chunk. A rerun whose config differs (outside
 ``NON_IDENTITY_FIELDS``) is refused with the list of differing fields, unless the folder holds nothing
 computed yet (only ``study.json`` and ``config.yaml`` of a run refused before its first chunk).
@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vsr.atomic import TIMINGS_FILE, atomic_path, read_json, write_json
+from vsr_util.atomic import TIMINGS_FILE, atomic_path, read_json, write_json
 
 from prefixvalue.config import config_diff
 

@@ -121,7 +121,7 @@ step_recipes() {  # the agentic GPU recipes: Qwen2.5-1.5B-Instruct, batch 32, G 
 from pathlib import Path
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
-from vsr.config_io import load_config
+from vsr_util.config_io import load_config
 names = sorted(p.name for p in Path("configs").glob("agent_*_gpu.yaml"))
 assert len(names) >= 8, names
 for name in names:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import load_config
+    from vsr_util.config_io import load_config
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not a.allow_cpu:

@@ -28,12 +28,14 @@ for b in "${BEDS[@]}"; do
       # the paper's default tau_max 10 (only the uniform allocation besides the replay step)
       run replay .venv/bin/python --train-config configs/replay_grpo.yaml --pool figures/compare_replay_tau/pool.json \
         --prompts 64 --batches 64 --allocations uniform --replay-ages 1 2 5 10 ;;
-    real)  # a real pretrained model: 48 ladder prompts, vLLM sampling, smaller batches (a batch costs ~10 s here)
+    real)  # a real pretrained model: 32 ladder prompts, vLLM sampling, smaller batches (a batch costs ~20-30 s here);
+      # 32 batches per allocation: the largest that fits 2 hours on 2 cores (the reference batches ask ~47 for
+      # +-25 %); uniform and the prefix arms first, so a run stopped early has resolved those (the run is resumable)
       run real .venv-vllm/bin/python --train-config configs/real_smollm2_lab.yaml --backend vllm \
         --model "$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)" \
-        --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 8 --blocks 8 \
+        --prompts 32 --alphas 0.25 0.5 0.75 --probe-samples 8 --score-samples 1 --groups 4 --batches 32 --blocks 8 \
         --reference-batches 24 --heldout 48 \
-        --allocations uniform dapo prompt_neyman prompt_variance vsr_linear vsr_calibrated prefix_uniform prefix_oracle extra ;;
+        --allocations uniform prefix_uniform prefix_oracle vsr_linear vsr_calibrated prompt_neyman prompt_variance extra dapo ;;
     *) echo "unknown test bed '$b' (choose from: low mid replay real)" >&2; exit 2 ;;
   esac
 done

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from vsr.atomic import write_text
+from vsr_util.atomic import write_text
 
 
 def _peak_rss_mib(path: Path) -> float | None:

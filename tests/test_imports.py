@@ -2,8 +2,9 @@
 
 The graph is read from the source (``ast``), imports inside functions included, annotation-only imports
 (``if TYPE_CHECKING:``) and a module's import of its own parent package left out (Python runs the parent
-first anyway). Packages are the top-level ones and ``llm_harness``'s subpackages/modules; ``vsr`` splits
-into its utilities (below everything) and its CLI (above everything).
+first anyway). Packages are the top-level ones and ``llm_harness``'s subpackages/modules; ``vsr_util`` (the
+utilities) is below everything and ``vsr`` (the CLI) above everything. Folders are the top-level packages: no
+two of them import each other, even through modules that form no cycle.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("vsr", "theory", "gridworld", "prefixvalue", "llm_harness", "benchmarks")
+PACKAGES = ("vsr_util", "vsr", "theory", "gridworld", "prefixvalue", "llm_harness", "benchmarks")
 
 
 def _modules() -> dict[str, Path]:
@@ -108,8 +109,6 @@ def _unit(m: str) -> str:
     parts = m.split(".")
     if parts[0] == "llm_harness" and len(parts) > 1:
         return ".".join(parts[:2])
-    if parts[0] == "vsr":
-        return "vsr.cli" if len(parts) > 1 and parts[1] in ("cli", "figures", "vocabulary", "__main__") else "vsr.util"
     return parts[0]
 
 
@@ -134,10 +133,25 @@ def test_no_import_cycle_between_packages():
 def test_the_shared_utilities_and_theory_import_nothing_above_them():
     edges = _graph()
     for m, ts in edges.items():
-        if _unit(m) == "vsr.util":
-            assert {_unit(t) for t in ts} <= {"vsr.util"}, m
+        if _unit(m) == "vsr_util":
+            assert {_unit(t) for t in ts} <= {"vsr_util"}, m
         if _unit(m) == "theory":
-            assert {_unit(t) for t in ts} <= {"vsr.util", "theory"}, m
+            assert {_unit(t) for t in ts} <= {"vsr_util", "theory"}, m
+        if _unit(m) != "vsr":
+            assert not any(_unit(x) == "vsr" for x in ts), f"{m} imports the CLI (vsr), which sits above everything"
+
+
+def test_no_two_folders_import_each_other():
+    """Folder level: the top-level packages. A two-way import between folders is refused even when no module-level
+    cycle exists (``llm_harness.x -> prefixvalue.y`` and ``prefixvalue.z -> llm_harness.w``)."""
+    pairs: dict[tuple[str, str], str] = {}
+    for m, ts in _graph().items():
+        for t in ts:
+            a, b = m.split(".")[0], t.split(".")[0]
+            if a != b:
+                pairs.setdefault((a, b), f"{m} -> {t}")
+    both = sorted((a, b) for (a, b) in pairs if (b, a) in pairs and a < b)
+    assert both == [], "; ".join(f"{a} <-> {b} ({pairs[(a, b)]}; {pairs[(b, a)]})" for a, b in both)
 
 
 def test_the_graph_sees_function_level_imports():

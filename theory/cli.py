@@ -68,7 +68,7 @@ def run_all(cfg: TheoryCheckConfig):
 
 def check(cfg: TheoryCheckConfig) -> int:
     """CLI entry point; exit code 1 if any check fails."""
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     if cfg.cases < 1:
         raise SystemExit(f"vsr theory check: --cases must be >= 1, got {cfg.cases}")

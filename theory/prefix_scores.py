@@ -18,10 +18,23 @@ import math
 import numpy as np
 
 from theory._validate import as_array, check_in_range
+from vsr_util.checks import check_number
 
-__all__ = ["MIN_CALIBRATION_GAP", "calibration_fraction", "fit_interpolation", "interpolation", "isotonic_increasing", "p_hat",
+__all__ = ["MIN_CALIBRATION_GAP", "alpha_cut", "calibration_fraction", "fit_interpolation", "interpolation", "isotonic_increasing", "p_hat",
            "smoothed_entropy", "smoothing_weights", "std_hat", "variance_hat", "variance_hat_calibrated"]
 
+
+
+def alpha_cut(alpha: float, length: int) -> int:
+    """Token position of the prefix holding a fraction ``alpha`` of a ``length``-token trajectory.
+
+    ``round(alpha * length)`` with halves rounded up (so ``alpha = 0.5`` of 5 tokens keeps 3),
+    in ``[0, length]``: ``alpha = 0`` is the bare prompt, ``alpha = 1`` the whole trajectory
+    (VSR Fig. 7, ``α_i = i / |τ|``).
+    """
+    alpha = check_number("alpha", alpha, 0, 1)
+    length = check_number("length", length, 0, integer=True)
+    return int(min(length, math.floor(alpha * length + 0.5)))
 
 def p_hat(alpha, p0, reward) -> np.ndarray:
     """``p̂[i] = (1 − α[i]) p0[i] + α[i] R[i]`` (VSR Alg. 1 line 9); inputs broadcast, all in ``[0, 1]``.

@@ -16,7 +16,7 @@ def make_theory_figure(out_dir: Path, quick: bool = False) -> int:
     import matplotlib.pyplot as plt
 
     from theory.cli import TheoryCheckConfig, format_table, run_all
-    from vsr.atomic import save_figure, write_json, write_text
+    from vsr_util.atomic import save_figure, write_json, write_text
 
     cases = 20 if quick else 200
     rows = run_all(TheoryCheckConfig(cases=cases, seed=0))

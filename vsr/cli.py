@@ -27,7 +27,7 @@ import typing
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class CommandSpec:
     help: str
     on_interrupt: str = ""
     resume_hint: str = ""
+    study: str = ""
+    """A prefix-value study's name: the command runs it (``target`` unused), its config type is the study's."""
 
 
 _RESUME_CHUNKS = "rerun the same command to continue from the last finished chunk"
@@ -72,16 +74,8 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
     "bench generation": CommandSpec(
         "benchmarks.generation:run", "HF backend tokens/s vs model.generate, and the cost of exact entropies."
     ),
-    "study hint-ratio": CommandSpec("prefixvalue.cli:hint_ratio", "VSR Fig. 7: continuation success vs hint ratio of an expert prefix.",
-        _RESUME_CHUNKS),
-    "study failed-prefix": CommandSpec("prefixvalue.cli:failed_prefix", "VSR D.5: continuation success from prefixes of failed vs successful trajectories.",
-        _RESUME_CHUNKS),
-    "study sigma-validation": CommandSpec("prefixvalue.cli:sigma_validation", "VSR D.5: predicted sigma-hat vs empirical continuation std (Pearson/Spearman, CIs).",
-        _RESUME_CHUNKS),
-    "study mte-correlation": CommandSpec("prefixvalue.cli:mte_correlation", "ExTra 5.6: prefix metrics (MTE, ...) ranked by correlation with Monte-Carlo value.",
-        _RESUME_CHUNKS),
-    "study prefix-selection": CommandSpec("prefixvalue.cli:prefix_selection", "ExTra Fig. 4: pass@k from prefixes chosen by low/smoothed MTE, random, oracle.",
-        _RESUME_CHUNKS),
+    "plugins": CommandSpec("llm_harness.trainer.plugin_list:plugins_command",
+                           "Registered trainer plug-ins (VSR, replay, ExTra, DAPO...) and, with --name, one plug-in's parameters."),
     "env list": CommandSpec("llm_harness.envs.cli:list_envs", "Registered text environments (Sokoban, BabyAI levels) with one-line descriptions."),
     "env play": CommandSpec("llm_harness.envs.cli:play", "Play an environment episode in the terminal: type actions, or step through the expert (--expert)."),
     "pool select": CommandSpec(
@@ -96,7 +90,7 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
         "The imported models of the cache: name and aliases (--name), folder, source, sha256, licence.",
     ),
     "model card": CommandSpec(
-        "llm_harness.model_card:card_command",
+        "prefixvalue.model_card:card_command",
         "Card of a real model on the arithmetic ladder: pass-rate histogram at T=1, continuation vs alpha, lengths.",
     ),
     "lab": CommandSpec(
@@ -115,7 +109,35 @@ COMMANDS: Registry[CommandSpec] = Registry("command", {
 })
 
 
+def _add_study_commands() -> None:
+    """``vsr study <name>`` for every study module of :mod:`prefixvalue.studies` (found on disk, not imported: the
+    module's file name is the study's name and its docstring's first sentence the help)."""
+    from prefixvalue.registry import study_modules, study_summary
+
+    for name in study_modules():
+        COMMANDS.add(f"study {name}", CommandSpec("", study_summary(name), _RESUME_CHUNKS, study=name))
+
+
+_add_study_commands()
+
+
+def _study_runner(name: str) -> Callable:
+    """The function ``vsr study <name>`` calls: ``run_study(name, cfg)`` typed with the study's config class."""
+    from prefixvalue.registry import get_study
+    from prefixvalue.runner import run_study
+
+    def run(cfg) -> int:
+        run_study(name, cfg)
+        return 0
+
+    run.__annotations__ = {"cfg": get_study(name).config_cls, "return": int}
+    run.__qualname__ = f"study {name}"
+    return run
+
+
 def _resolve(spec: CommandSpec | str) -> Callable:
+    if isinstance(spec, CommandSpec) and spec.study:
+        return _study_runner(spec.study)
     mod_name, fn_name = (spec.target if isinstance(spec, CommandSpec) else spec).split(":")
     return getattr(importlib.import_module(mod_name), fn_name)
 
@@ -217,7 +239,7 @@ def parse_command(name: str, args: Sequence[str]) -> tuple[Callable, object]:
     """The command's function and ``args`` parsed into its config dataclass."""
     import tyro
 
-    from vsr.config_io import from_dict, read_mapping
+    from vsr_util.config_io import from_dict, read_mapping
     from vsr.vocabulary import apply_vocabulary, task_params_mapping
 
     spec = COMMANDS[name]
@@ -291,7 +313,7 @@ def interrupted_message(name: str, exc: KeyboardInterrupt, cfg: object = None) -
 def error_message(name: str, exc: BaseException, cfg: object = None) -> str:
     """The text after ``vsr <command>: error:`` for an expected error: the message, or an ``OSError``'s reason and
     file; a full disk also says how to continue once space is freed (:func:`resume_hint`)."""
-    from vsr.atomic import is_disk_full
+    from vsr_util.atomic import is_disk_full
 
     if not isinstance(exc, OSError) or not exc.strerror:
         return str(exc)

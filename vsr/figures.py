@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 #: name -> (target, one-line description)
 FIGURES: Registry[tuple[str, str]] = Registry("figure", {

@@ -20,7 +20,7 @@ from llm_harness.backends.protocol import (
 from llm_harness.backends.sampling import sample_next_tokens, sampling_log_probs, truncate_logits
 from llm_harness.backends.scoring import chunked_logprobs_entropy, rows_per_chunk
 from llm_harness.backends.vllm_backend import VLLMBackend, VLLMBackendConfig
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 #: name -> backend class (uniform constructor ``cls.from_config(config)``).
 BACKENDS: Registry[type] = Registry("backend")

@@ -54,8 +54,8 @@ from llm_harness.backends.protocol import (
 )
 from llm_harness.backends.sampling import sample_next_tokens
 from llm_harness.backends.scoring import DEFAULT_CHUNK_BYTES, chunked_logprobs_entropy, make_workspace, rows_per_chunk
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 

@@ -39,7 +39,7 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 FinishReason = Literal["stop", "length"]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length")

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from llm_harness.backends.protocol import SamplingParams
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 NEG_INF = float("-inf")
 

@@ -42,7 +42,7 @@ import torch
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from llm_harness.backends.sampling import truncate_logits
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 #: Default byte budget for one chunk's ``[c, V]`` working set.
 DEFAULT_CHUNK_BYTES = 256 * 2**20

@@ -121,7 +121,7 @@ class VLLMBackendConfig:
     """Dtype of that scorer model."""
 
     def __post_init__(self) -> None:
-        from vsr.checks import check_number
+        from vsr_util.checks import check_number
 
         if self.dtype not in VLLM_DTYPES:
             raise ValueError(f"dtype: must be one of {VLLM_DTYPES}, got {self.dtype!r}")

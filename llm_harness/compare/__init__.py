@@ -9,7 +9,8 @@ Layers, each importing only those above it in this list:
 * :mod:`.runs` — the one reader of finished runs (metric rows, final evaluations, the per-seed summary);
 * :mod:`.render` — formatting, CSV, forest plots, the suite's final and curve figures;
 * :mod:`.jobs` — the options, one job, the plan of a suite's jobs, whether a run folder finishes a job;
-* :mod:`.records` — a finished run's record (save, restore, pointers to siblings' records, checks);
+* :mod:`.records` — a finished run's record (where it lives: the store ``records/``; save, restore, pointers to
+  siblings' records, the manifest and its checks);
 * :mod:`.sizing` — the cost model of a suite's wall time (per-plug-in factors from a registry);
 * :mod:`.sections` — the report sections, one registry, one module per paper family;
 * :mod:`.report` — report assembly (``report.md``, ``summary.json``, figures);

@@ -28,9 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-records", action="store_true")
+    ap.add_argument("--records-dir", type=Path, default=d.records_dir)
     a = ap.parse_args(argv)
     cfg = CompareConfig(a.suite, a.out, a.seeds, a.steps, a.eval_problems, a.eval_k, a.eval_every, a.workers,
-                        a.executor, tuple(a.methods), tuple(a.regimes), a.report_only, a.quick, not a.no_records)
+                        a.executor, tuple(a.methods), tuple(a.regimes), a.report_only, a.quick, not a.no_records,
+                        records_dir=a.records_dir)
     return run(cfg)
 
 

@@ -19,7 +19,7 @@ import multiprocessing as mp
 import os
 from typing import Any, Callable, Iterator, Sequence
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["EXECUTORS", "Executor", "process_pool", "ray_tasks"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
 from llm_harness.compare.suite import SUITES, Method, Regime, Suite, method_mapping, run_mapping
-from vsr.checks import check_number
-from vsr.atomic import read_json
+from vsr_util.checks import check_number
+from vsr_util.atomic import read_json
 
 __all__ = ["DEFAULT_SIZES", "QUICK_POOL", "QUICK_SIZES", "CompareConfig", "Job", "compatible", "is_done", "location_free",
            "matches", "plan_jobs", "prepare_pool"]
@@ -51,9 +51,11 @@ class CompareConfig:
     suite: str = "testbed"
     """Registered suite (``llm_harness.compare.suite.SUITES``)."""
     out: Path | None = None
-    """Report folder (report.md, summary.json, figures, the runs' records); default ``figures/compare_<suite>``
-    (``--quick``: ``runs/compare_<suite>_quick``, so a smoke test never touches a suite's committed report or its
-    runs). Runs go to ``OUT/runs`` when ``--out`` is given, else to ``runs/compare_<suite>/runs``."""
+    """Report folder (report.md, summary.json, figures); default ``figures/compare_<suite>`` (``--quick``:
+    ``runs/compare_<suite>_quick``, so a smoke test never touches a suite's committed report or its runs). Runs go to
+    ``OUT/runs`` when ``--out`` is given, else to ``runs/compare_<suite>/runs``; the runs' records to the records
+    store, ``records/compare_<suite>`` for a report folder in ``figures/``, else ``OUT/records``
+    (:func:`llm_harness.compare.records.records_folder`)."""
     seeds: int | None = None
     """Seeds per (regime, method): 0 .. seeds-1 (default: the suite's)."""
     steps: int | None = None
@@ -83,12 +85,17 @@ class CompareConfig:
     """A damaged or mismatched record (checksum, row count, configuration: ``llm_harness.compare.records``) is named
     and its job trained again; ``--no-retrain`` refuses instead."""
     records: bool = True
-    """Keep every finished run's record (done.json + gzipped metrics) in ``OUT/records`` and restore the matching
-    ones before training, so a suite resumes on a fresh clone; off: train whatever the run folder lacks."""
+    """Keep every finished run's record (done.json + gzipped metrics) in the suite's records folder (``records/``
+    README) and restore the matching ones before training, so a suite resumes on a fresh clone; off: train whatever
+    the run folder lacks."""
     timings_apart: bool = False
     """Write the wall-clock numbers (step and plug-in seconds, step-time ratios, wall time) to ``OUT/timings.json``
     instead of into ``report.md`` and ``summary.json``, so a report whose runs are trained again (no records: the
     ``make figures`` curriculum figure) is rewritten byte for byte; ``timings.json`` is not committed."""
+    records_dir: Path | None = None
+    """The suite's records folder, its siblings' beside it (``DIR/../compare_<sibling>``); default: from the report
+    folder (:func:`llm_harness.compare.records.records_folder`): ``records/compare_<suite>`` for a report folder in
+    ``figures/`` (the committed suites), else ``OUT/records``."""
 
     def __post_init__(self) -> None:
         s = SUITES.lookup(self.suite, "suite")
@@ -108,7 +115,7 @@ class CompareConfig:
 
     @property
     def report_dir(self) -> Path:
-        """Where report.md, summary.json, the figures and the runs' records go."""
+        """Where report.md, summary.json and the figures go (the runs' records: ``records.records_root``)."""
         if self.out is not None:
             return Path(self.out)
         return Path("runs") / f"compare_{self.suite}_quick" if self.quick else Path("figures") / f"compare_{self.suite}"
@@ -121,15 +128,10 @@ class CompareConfig:
         return Path("runs") / f"compare_{self.suite}{'_quick' if self.quick else ''}" / "runs"
 
     @property
-    def records_root(self) -> Path:
-        """Where the finished runs' records go (module doc, "Records")."""
-        return self.report_dir / "records"
-
-    @property
-    def shared_records_roots(self) -> list[Path]:
-        """The record folders of the suites this one shares runs with (``Suite.shares_records_with``), beside this
-        suite's report folder: ``<report dir>/../compare_<sibling>/records``."""
-        return [self.report_dir.parent / f"compare_{name}" / "records" for name in SUITES[self.suite].shares_records_with]
+    def shared_report_dirs(self) -> list[Path]:
+        """The report folders of the suites this one shares runs with (``Suite.shares_records_with``), beside this
+        suite's: ``<report dir>/../compare_<sibling>`` (where their kept ``pool.json`` is)."""
+        return [self.report_dir.parent / f"compare_{name}" for name in SUITES[self.suite].shares_records_with]
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -178,7 +180,7 @@ class Job:
     def resolved(self) -> dict[str, Any]:
         """The run's configuration with every default filled in (``to_dict`` of its TrainConfig)."""
         from llm_harness.trainer.config import TrainConfig
-        from vsr.config_io import from_dict, to_dict
+        from vsr_util.config_io import from_dict, to_dict
 
         return to_dict(from_dict(TrainConfig, self.mapping, where=f"{self.regime}/{self.method}"))
 
@@ -290,7 +292,7 @@ def compatible(stored: dict[str, Any], current: dict[str, Any]) -> bool:
     since at their defaults: every stored field must be unchanged (a changed default reruns the job),
     every new field must hold ``TrainConfig``'s default (so a new option does not rerun a whole suite)."""
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import to_dict
+    from vsr_util.config_io import to_dict
 
     a, b = _flat(location_free(stored)), _flat(location_free(current))
     if set(a) - set(b):
@@ -314,7 +316,7 @@ def matches(info: dict[str, Any], job: Job, folder: Path) -> bool:
         return True
     stored = info.get("config")
     if stored is None and (folder / "config.yaml").is_file():
-        from vsr.config_io import read_mapping
+        from vsr_util.config_io import read_mapping
 
         stored = read_mapping(folder / "config.yaml")  # the trainer's resolved config
     if stored is None or info.get("pool_sha256", job.pool_sha256()) != job.pool_sha256():

@@ -1,26 +1,34 @@
-"""A comparison run's *record*: saving it as the run finishes, restoring it into a run folder, and the checks that make it
-trustworthy before it is restored (``runner`` module doc, "Records"). :func:`save_record` and :func:`restore_record`
-are the I/O; everything else here is checking.
+"""A comparison run's *record*: where it is kept (the records store), saving it as the run finishes, restoring it into
+a run folder, and the checks that make it trustworthy before it is restored (``runner`` module doc, "Records").
+:func:`save_record` and :func:`restore_record` are the I/O; :func:`records_root` and :func:`shared_records_roots` the
+paths; everything else here is checking. ``records/README.md`` documents the format for readers without the code.
 
-A record is ``<records root>/<regime>/<method>/seed<k>/`` holding ``done.json`` and, for a training job,
-``metrics.jsonl.gz``. The root's ``manifest.json`` lists, per record, the SHA-256 of each file and the
-number of metric rows, written when the record is saved. :func:`verify_record` refuses a record (with a
-:class:`RecordError` naming the file and the reason) when
+**The store.** The records of the committed suites live in ``records/`` at the top of the repository, beside
+``figures/``: one folder per suite, ``records/compare_<suite>/`` (:func:`records_folder` maps a report folder to
+it: a report folder inside a folder named ``figures``, such as the default ``figures/compare_<suite>``, keeps its
+records in ``<that figures folder>/../records/<report folder name>``; a report folder anywhere else, ``--out DIR`` or
+``--quick``, keeps them inside, ``DIR/records``, so a trial run never writes into the committed store;
+``--records-dir`` names the folder outright). ``figures/`` holds only what a report command writes.
 
+A record is ``<suite's records folder>/<regime>/<method>/seed<k>/`` holding ``done.json`` and, for a training job,
+``metrics.jsonl.gz``. The folder's ``manifest.json`` lists every record: its job fingerprint, the SHA-256 of each
+file and the number of metric rows, written when the record is saved. A record is refused (a :class:`RecordError`
+naming the file and the reason; the job trains again, or is left out of a ``--report-only`` report) when
+
+* it is not in the manifest (a folder copied or added by hand, or no manifest at all);
 * a file's bytes differ from the manifest (edited, truncated, swapped for another arm's file);
+* ``done.json``'s fingerprint is not the one the manifest lists;
 * the metrics are not a complete gzip stream of JSON lines (the line is named);
 * the rows are not one per training step, ``0 .. steps-1`` (a record holding 2 of 3 rows);
 * the rows' ``config_fingerprint`` (written by the trainer into the first row) differs from the
   ``train_fingerprint`` in ``done.json``: the metrics belong to another configuration.
 
-A record without a manifest entry (written before manifests existed) gets every check but the checksums.
-
 **Pointers.** Suites that share arms (``Suite.shares_records_with``) run some of the same jobs. A record one suite
-restored from a sibling is not copied into its own folder: its manifest entry *points* at the sibling's records root
-instead, ``{"in": "../../compare_<sibling>/records", "done.json": <sha256>, "metrics.jsonl.gz": <sha256>, "rows": n}``
-(``in`` is relative to the folder of the manifest that holds the entry), and no file of the record is in the suite's
-own folder. :func:`follow_pointer` checks the sibling's files against the checksums of the pointing entry, so a
-sibling record replaced later (another config) or damaged is named and not used. A pointer leads to a folder that
+restored from a sibling is not copied into its own folder: its manifest entry *points* at the sibling's records folder
+instead, ``{"in": "../compare_<sibling>", "fingerprint": ..., "done.json": <sha256>, "metrics.jsonl.gz": <sha256>,
+"rows": n}`` (``in`` is relative to the folder of the manifest that holds the entry), and no file of the record is in
+the suite's own folder. :func:`follow_pointer` checks the sibling's files against the checksums of the pointing entry,
+so a sibling record replaced later (another config) or damaged is named and not used. A pointer leads to a folder that
 holds the files, never to another pointer, and no suite writes into a sibling's folder. :func:`dedupe` turns the
 byte-identical copies that sibling suites kept before pointers existed into pointers to one copy.
 """
@@ -36,17 +44,23 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from llm_harness.compare.jobs import Job, is_done, matches
+from llm_harness.compare.jobs import CompareConfig, Job, is_done, matches
+from llm_harness.compare.suite import SUITES
 from llm_harness.trainer.runlog import parse_jsonl
-from vsr.atomic import atomic_path, read_json, write_json
+from vsr_util.atomic import atomic_path, read_json, write_json
 
-__all__ = ["MANIFEST", "POINTER", "RecordError", "dedupe", "drop_files", "follow_pointer", "is_pointer", "manifest_entry",
-           "pointer_entry", "read_manifest", "rebuild_manifest", "record_dir", "record_key", "report_bad_record", "restore_record",
-           "save_record",
-           "update_manifest", "verify_record"]
+__all__ = ["FORMAT", "MANIFEST", "POINTER", "STORE", "RecordError", "check_listed", "check_not_in_report_folder", "dedupe",
+           "drop_files", "follow_pointer", "is_pointer", "manifest_entry", "move_to_store", "pointer_entry", "read_manifest",
+           "rebuild_manifest", "record_dir", "record_key", "records_folder", "records_root", "relocate_manifest",
+           "report_bad_record", "restore_record", "save_record", "shared_records_roots", "update_manifest", "verify_record"]
 
-#: the manifest file in a records root
+#: the records store's folder name: ``records/`` beside ``figures/`` (module doc, "The store")
+STORE = "records"
+#: the manifest file in a suite's records folder
 MANIFEST = "manifest.json"
+#: the manifest's format: 2 lists each record's job fingerprint (1 did not; its entries are read as they are and get
+#: the fingerprint when the record is saved again)
+FORMAT = 2
 _FILES = ("done.json", "metrics.jsonl.gz")
 #: the key of a manifest entry that points at a sibling suite's records root (module doc, "Pointers")
 POINTER = "in"
@@ -56,8 +70,109 @@ class RecordError(ValueError):
     """A record that must not be used (module doc)."""
 
 
+# ---------------------------------------------------------------------------------------------------------- the store
+
+
+def records_folder(report_dir: str | Path) -> Path:
+    """The records folder of the suite whose report goes to ``report_dir`` (module doc, "The store"): for a report
+    folder inside a folder named ``figures`` (``figures/compare_<suite>``), ``records/<report folder name>`` beside
+    that ``figures`` folder; for any other report folder, ``<report_dir>/records``."""
+    report_dir = Path(report_dir)
+    if report_dir.parent.name == "figures":
+        return report_dir.parent.parent / STORE / report_dir.name
+    return report_dir / STORE
+
+
+def records_root(cfg: CompareConfig) -> Path:
+    """Where a ``vsr compare`` call keeps and restores its suite's records: ``--records-dir`` when given, else
+    :func:`records_folder` of its report folder (``records/compare_<suite>`` for the committed suites)."""
+    return Path(cfg.records_dir) if cfg.records_dir is not None else records_folder(cfg.report_dir)
+
+
+def shared_records_roots(cfg: CompareConfig) -> list[Path]:
+    """The records folders of the suites this one shares runs with (``Suite.shares_records_with``): beside
+    ``--records-dir`` when it is given (``DIR/../compare_<sibling>``), else those of their report folders beside this
+    suite's (:func:`records_folder` of ``<report dir>/../compare_<sibling>``: ``records/compare_<sibling>`` for the
+    committed suites)."""
+    names = SUITES[cfg.suite].shares_records_with
+    if cfg.records_dir is not None:
+        return [Path(cfg.records_dir).parent / f"compare_{name}" for name in names]
+    return [records_folder(cfg.report_dir.parent / f"compare_{name}") for name in names]
+
+
+def check_not_in_report_folder(cfg: CompareConfig) -> None:
+    """Refuse a call whose suite's records are still inside its ``figures/`` report folder (``<report dir>/records``,
+    where ``vsr compare`` kept them before the store), naming the folder and the command that moves them
+    (:func:`move_to_store`): left there they would be neither restored nor kept, and the suite would train again."""
+    old = cfg.report_dir / STORE
+    if cfg.records_dir is None and old != records_root(cfg) and (old / MANIFEST).is_file():
+        raise RecordError(f"{old}: records inside the report folder, where vsr compare kept them before the records "
+                          f"store; move them to {records_root(cfg)} (their pointers rewritten): python -c \"from "
+                          f"llm_harness.compare.records import move_to_store; move_to_store('{cfg.report_dir}')\"")
+
+
+def move_to_store(report_dir: str | Path) -> Path:
+    """Move the records a ``figures/`` report folder holds inside (``<report_dir>/records``, the layout before the
+    store) to its records folder in the store (:func:`records_folder`), holding the folder's lock: the manifest's
+    pointers are rewritten to lead to the same sibling suites' folders in the store (their checksums unchanged) and
+    the manifest is written in the current format (:data:`FORMAT`, each entry's job fingerprint added from a
+    ``done.json`` whose checksum is the entry's). Refused (:class:`RecordError`) when there is nothing to move or
+    the store already has a folder for it. Returns the new folder."""
+    from vsr_util.runlock import LOCK_NAME, locked_folder
+
+    report_dir = Path(report_dir)
+    old, new = report_dir / STORE, records_folder(report_dir)
+    if old == new or not (old / MANIFEST).is_file():
+        raise RecordError(f"{old / MANIFEST}: not found, or already the store's folder; nothing to move")
+    if new.exists() and {p.name for p in new.iterdir()} - {LOCK_NAME}:
+        raise RecordError(f"{new}: the store already has records of this suite; merge the two folders by hand")
+    with locked_folder(old, field="records"):
+        new.parent.mkdir(parents=True, exist_ok=True)
+        (new / LOCK_NAME).unlink(missing_ok=True)
+        if new.exists():
+            new.rmdir()
+        os.replace(old, new)
+        relocate_manifest(new, old)
+    return new
+
+
+def relocate_manifest(root: str | Path, was: str | Path) -> int:
+    """Rewrite the manifest of records folder ``root``, which was at ``was`` (:func:`move_to_store`): each pointer
+    leads to :func:`records_folder` of the report folder its target belonged to (``<report dir>/records``, the
+    layout before the store: ``figures/compare_<sibling>/records`` becomes ``records/compare_<sibling>``), and
+    each entry without a fingerprint gets ``done.json``'s when that file's checksum is the entry's. The checksums
+    are kept as they are (nothing is re-blessed). Returns the number of pointers rewritten."""
+    root, was = Path(root), Path(was)
+    records, moved = read_manifest(root), 0
+    for key, entry in list(records.items()):
+        homes = [root / key]
+        if is_pointer(entry):
+            before = Path(os.path.normpath(was / entry[POINTER]))  # where it led from the old place
+            after = records_folder(before.parent) if before.name == STORE else before
+            entry = pointer_entry(root, after, entry)
+            moved += 1
+            homes = [after / key, before / key]  # a sibling not moved yet still holds the files at the old place
+        done = next((h / "done.json" for h in homes if (h / "done.json").is_file()), None)
+        if "fingerprint" not in entry and done is not None and _sha256(done) == entry.get("done.json"):
+            fp = _fingerprint(done)
+            if fp is not None:
+                head = {POINTER: entry[POINTER]} if is_pointer(entry) else {}
+                entry = {**head, "fingerprint": fp, **{k: v for k, v in entry.items() if k != POINTER}}
+        records[key] = entry
+    _write_manifest(root, records)
+    return moved
+
+
+# ------------------------------------------------------------------------------------------------------ the manifest
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rebuild_command(root: Path) -> str:
+    """The command that rebuilds ``root``'s manifest from its record folders (:func:`rebuild_manifest`)."""
+    return f"python -c \"from llm_harness.compare.records import rebuild_manifest; rebuild_manifest('{root}')\""
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
@@ -66,7 +181,8 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     path = Path(root) / MANIFEST
     if not path.is_file():
         return {}
-    fix = "restore it (a committed suite's: git checkout) or delete it to check the records without checksums"
+    fix = ("restore it (a committed suite's: git checkout records/) or, for records you trust, rebuild it: "
+           + _rebuild_command(Path(root)))
     try:
         data = read_json(path)
     except json.JSONDecodeError as exc:
@@ -81,10 +197,23 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     return data["records"]
 
 
+def _fingerprint(done: Path) -> str | None:
+    """The job fingerprint in a ``done.json`` (``None`` when it has none or does not read)."""
+    try:
+        info = read_json(done)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    fp = info.get("fingerprint") if isinstance(info, dict) else None
+    return fp if isinstance(fp, str) else None
+
+
 def manifest_entry(rec: str | Path) -> dict[str, Any]:
-    """The manifest entry of a record folder as it is now: checksums and row count."""
+    """The manifest entry of a record folder as it is now: the job fingerprint (``done.json``'s), the files' checksums
+    and the metrics' row count."""
     rec = Path(rec)
-    entry: dict[str, Any] = {name: _sha256(rec / name) for name in _FILES if (rec / name).is_file()}
+    fp = _fingerprint(rec / "done.json") if (rec / "done.json").is_file() else None
+    entry: dict[str, Any] = {} if fp is None else {"fingerprint": fp}
+    entry.update({name: _sha256(rec / name) for name in _FILES if (rec / name).is_file()})
     if (rec / "metrics.jsonl.gz").is_file():
         entry["rows"] = len(_rows(rec / "metrics.jsonl.gz"))
     return entry
@@ -100,7 +229,7 @@ def update_manifest(root: str | Path, key: str, entry: dict[str, Any]) -> None:
 
 
 def _write_manifest(root: Path, records: dict[str, Any]) -> None:
-    write_json(Path(root) / MANIFEST, {"format": 1, "records": dict(sorted(records.items()))})
+    write_json(Path(root) / MANIFEST, {"format": FORMAT, "records": dict(sorted(records.items()))})
 
 
 def rebuild_manifest(root: str | Path) -> int:
@@ -187,13 +316,13 @@ def dedupe(roots: Sequence[str | Path], order: Callable[[Path, str], Any] | None
     manifest entry becomes a pointer to the kept copy (module doc, "Pointers"); a pointer that led to a removed copy
     is led to the kept one. The copy kept is the one with the smallest ``order(root, key)`` (e.g. the suite that
     trained it first), then the first of ``roots``. Every record handled must match its own manifest entry (else
-    :class:`RecordError`, before anything is changed). Every root's folder lock (:mod:`vsr.runlock`, the one
+    :class:`RecordError`, before anything is changed). Every root's folder lock (:mod:`vsr_util.runlock`, the one
     ``vsr compare`` holds on its records folder) is held for the whole call, taken in sorted order: a suite running
-    on one of them refuses this call (:class:`~vsr.runlock.FolderBusyError`) instead of racing its manifest.
+    on one of them refuses this call (:class:`~vsr_util.runlock.FolderBusyError`) instead of racing its manifest.
     Returns ``(removed copy, kept copy)`` per removed copy."""
     import contextlib
 
-    from vsr.runlock import locked_folder
+    from vsr_util.runlock import locked_folder
 
     roots = [Path(r) for r in roots]
     missing = [str(r) for r in roots if not r.is_dir()]
@@ -205,6 +334,12 @@ def dedupe(roots: Sequence[str | Path], order: Callable[[Path, str], Any] | None
         return _dedupe_locked(roots, order)
 
 
+def _agrees(listed: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether manifest entry ``listed`` describes a record whose entry is now ``entry`` (a format-1 entry, without a
+    fingerprint, agrees on the rest)."""
+    return listed == entry or ("fingerprint" not in listed and listed == {k: v for k, v in entry.items() if k != "fingerprint"})
+
+
 def _dedupe_locked(roots: list[Path], order: Callable[[Path, str], Any] | None) -> list[tuple[Path, Path]]:
     manifests = {r: read_manifest(r) for r in roots}
     held: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
@@ -212,7 +347,7 @@ def _dedupe_locked(roots: list[Path], order: Callable[[Path, str], Any] | None) 
         for d in sorted(r.glob("*/*/seed*/done.json")):
             key = d.parent.relative_to(r).as_posix()
             entry, listed = manifest_entry(d.parent), manifests[r].get(key)
-            if listed is None or is_pointer(listed) or listed != entry:
+            if listed is None or is_pointer(listed) or not _agrees(listed, entry):
                 why = "no entry" if listed is None else "a pointer" if is_pointer(listed) else "checksums differ"
                 raise RecordError(f"{d.parent}: its files do not match {r / MANIFEST} ({why}); fix the manifest "
                                   "before deduplicating")
@@ -260,27 +395,46 @@ def _rows(gz: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def check_listed(rec: str | Path, *, key: str, root: str | Path, manifest: dict[str, Any]) -> None:
+    """Raise :class:`RecordError` naming the file unless record folder ``rec`` is what ``root``'s manifest (read as
+    ``manifest``) lists for ``key``: an entry exists, each file's bytes have the entry's checksum, no file the entry
+    lacks is there, and ``done.json``'s fingerprint is the entry's. ``rec`` is ``root/key``, or the sibling's folder
+    a pointer entry leads to."""
+    rec, root = Path(rec), Path(root)
+    entry = manifest.get(key)
+    if entry is None:
+        raise RecordError(f"{rec / 'done.json'}: not in {root / MANIFEST} (a record copied or added by hand, or saved "
+                          f"by a run that stopped before listing it); delete the record to retrain its job, or list "
+                          f"the folder's records if you trust them: {_rebuild_command(root)}")
+    for name in _FILES:
+        want, path = entry.get(name), rec / name
+        if want is None and path.is_file():
+            raise RecordError(f"{path}: not in the entry of {root / MANIFEST} for {key} (a file added by hand?)")
+        if want is not None and (not path.is_file() or _sha256(path) != want):
+            raise RecordError(f"{path}: {'missing' if not path.is_file() else 'bytes differ from'} the checksum in "
+                              f"{root / MANIFEST} (damaged, or replaced by another run's file)")
+    want = entry.get("fingerprint")
+    if want is not None and (rec / "done.json").is_file():
+        got = _fingerprint(rec / "done.json")
+        if got != want:
+            raise RecordError(f"{rec / 'done.json'}: job fingerprint {got!r}, but {root / MANIFEST} lists {want!r} for {key}")
+
+
 def verify_record(rec: str | Path, info: dict[str, Any], *, key: str, manifest: dict[str, Any],
                   steps: int | None) -> None:
-    """Raise :class:`RecordError` unless record folder ``rec`` (whose parsed ``done.json`` is ``info``) passes every
-    check of the module doc; ``steps`` is the job's training length (``None``: an evaluation-only job)."""
+    """Raise :class:`RecordError` unless record folder ``rec`` (whose parsed ``done.json`` is ``info``, and which
+    passed :func:`check_listed` against ``manifest``) holds complete metrics of its run (module doc): a complete gzip
+    stream of JSON lines, one row per training step (the manifest's row count), all of ``done.json``'s training
+    configuration; ``steps`` is the job's training length (``None``: an evaluation-only job, nothing to check)."""
     rec = Path(rec)
-    entry = manifest.get(key)
-    if entry is not None:
-        for name in _FILES:
-            want, path = entry.get(name), rec / name
-            if want is None and path.is_file():
-                raise RecordError(f"{path}: not in the manifest of {rec.parent.parent.parent} (a file added by hand?)")
-            if want is not None and (not path.is_file() or _sha256(path) != want):
-                raise RecordError(f"{path}: {'missing' if not path.is_file() else 'bytes differ from'} the manifest's "
-                                  f"checksum (damaged, or replaced by another run's file)")
+    entry = manifest.get(key) or {}
     gz = rec / "metrics.jsonl.gz"
     if steps is None:
         return
     if not gz.is_file():
         raise RecordError(f"{rec}: a training run's record without metrics.jsonl.gz")
     rows = _rows(gz)
-    if entry is not None and entry.get("rows") is not None and entry["rows"] != len(rows):
+    if entry.get("rows") is not None and entry["rows"] != len(rows):
         raise RecordError(f"{gz}: {len(rows)} rows, the manifest says {entry['rows']}")
     found = [r.get("step") for r in rows]
     if found != list(range(steps)):
@@ -370,7 +524,8 @@ def _held_by(job: Job, done: bytes, metrics: bytes | None, records_root: Path,
                 continue
             theirs = read_manifest(root).get(key)
             if theirs is None or is_pointer(theirs):
-                continue  # a pointer leads to files, never to another pointer; an unlisted record has no checksums
+                continue  # a pointer leads to files, never to another pointer; an unlisted record is not used
+            check_listed(rec, key=key, root=root, manifest={key: theirs})
             verify_record(rec, json.loads(done), key=key, manifest={key: theirs},
                           steps=None if job.method == "base" else int(job.mapping.get("steps", 0)))
         except (OSError, ValueError, EOFError):  # RecordError is a ValueError: a damaged sibling record is not used
@@ -381,8 +536,10 @@ def _held_by(job: Job, done: bytes, metrics: bytes | None, records_root: Path,
 
 def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
                    pointer_errors: list[RecordError] | None = None, report_only: bool = False) -> bool:
-    """Put a job's record back into its run folder when the job is not finished there and the record's config
-    matches it (:func:`matches`) and the record passes :func:`.records.verify_record`; returns whether it did.
+    """Put a job's record back into its run folder when the job is not finished there, the record is what the
+    manifest lists (:func:`check_listed`, checked first: a record the manifest lacks or lists with other bytes is named
+    whatever it holds), its config matches the job (:func:`matches`) and it passes :func:`verify_record`; returns
+    whether it did.
     A manifest entry that points at a sibling suite's record (:mod:`.records`, "Pointers") is followed, the
     sibling's files checked against this manifest's checksums first. An unfinished run in the folder is replaced.
     A damaged or mismatched record is named and left unused (the job retrains), or refused with
@@ -408,6 +565,10 @@ def restore_record(job: Job, records_root: Path, *, retrain: bool = True,
             return report_bad_record(e, retrain, report_only)
     if not (rec / "done.json").is_file():
         return False
+    try:  # the manifest first: a record it does not list, or lists with other bytes, is named whatever it holds
+        check_listed(rec, key=key, root=records_root, manifest=manifest)
+    except RecordError as e:
+        return report_bad_record(e, retrain, report_only)
     try:
         info = read_json(rec / "done.json")
     except (ValueError, UnicodeDecodeError) as e:

@@ -17,8 +17,8 @@ import numpy as np
 
 from llm_harness.compare.stats import finite
 from theory.metrics.paired import paired_contrast
-from vsr.atomic import read_json, save_figure
-from vsr.atomic import write_csv as atomic_write_csv
+from vsr_util.atomic import read_json, save_figure
+from vsr_util.atomic import write_csv as atomic_write_csv
 
 __all__ = ["arm_label", "curve_arms", "curve_rows", "figures_from_summary", "final_rows", "fmt_diff", "fmt_interval", "fmt_p",
            "fmt_pct", "forest", "forest_width", "moving_mean", "quiet", "ref_name", "suite_figures", "write_csv"]
@@ -53,7 +53,7 @@ def ref_name(suite: Any) -> str:
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A report table as CSV (:func:`vsr.atomic.write_csv`): floats at 6 significant digits, non-finite ones empty."""
+    """A report table as CSV (:func:`vsr_util.atomic.write_csv`): floats at 6 significant digits, non-finite ones empty."""
     def cell(x: Any) -> Any:
         if isinstance(x, float):
             return "" if not math.isfinite(x) else f"{x:.6g}"

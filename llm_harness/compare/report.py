@@ -35,7 +35,7 @@ from llm_harness.compare.sections import load_sections
 from llm_harness.compare.stats import seed_interval
 from llm_harness.compare.suite import SUITES
 from theory.metrics.paired import holm, paired_contrast, paired_power, seeds_for_power
-from vsr.atomic import TIMINGS_FILE, json_safe, split_fields, write_json, write_text
+from vsr_util.atomic import TIMINGS_FILE, json_safe, split_fields, write_json, write_text
 
 __all__ = ["TIMING_FIELDS", "write_report"]
 
@@ -161,7 +161,7 @@ def _power_lines(recs: list[dict[str, Any]], suite: Any) -> list[str]:
 def _protocol(jobs: Sequence[Any]) -> dict[str, Any]:
     """Evaluation and training settings shared by the suite's jobs (from the reference job's mapping)."""
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import from_dict
+    from vsr_util.config_io import from_dict
 
     j = next((j for j in jobs if j.method != "base"), None) or (jobs[0] if jobs else None)
     if j is None:

@@ -10,10 +10,12 @@ written to ``OUT/report.md`` with figures beside it.
 
 **Records.** The run folders are not committed (checkpoints), so a suite run in parts over several
 sessions would lose its earlier parts with the machine. Every finished run therefore also leaves a
-*record* in the report folder, ``OUT/records/<regime>/<method>/seed<k>/`` (``done.json`` and the
-gzipped ``metrics.jsonl``: everything the report reads, a few kB per run); :func:`run` first restores
-the records whose config matches a job into that job's run folder, so a fresh clone resumes a suite
-where its committed records end and ``--report-only`` rebuilds the committed report anywhere. A
+*record* in the suite's records folder, ``records/compare_<suite>/<regime>/<method>/seed<k>/`` for a committed
+suite (``OUT/records/...`` for a report folder outside ``figures/``; :func:`.records.records_folder`;
+``records/README.md`` documents the format): ``done.json`` and the gzipped ``metrics.jsonl``, everything the report
+reads, a few kB per run. :func:`run` first restores the records whose config matches a job into that job's run
+folder, so a fresh clone resumes a suite where its committed records end and ``--report-only`` rebuilds the committed
+report anywhere. A
 record of another config is never restored (the job reruns and its record is replaced). Suites that
 share arms (``Suite.shares_records_with``: the per-table Replay and ExTra suites share their GRPO and
 default runs) also restore each other's matching records; such a record is not copied into the suite's
@@ -33,9 +35,9 @@ from typing import Any
 
 from llm_harness.compare.executors import EXECUTORS
 from llm_harness.compare.jobs import CompareConfig, Job, is_done, plan_jobs, prepare_pool
-from llm_harness.compare.records import (RecordError, is_pointer, read_manifest, record_key, report_bad_record,
-                                         restore_record, save_record)
-from vsr.atomic import write_json
+from llm_harness.compare.records import (RecordError, check_not_in_report_folder, is_pointer, read_manifest, record_key,
+                                         records_root, report_bad_record, restore_record, save_record, shared_records_roots)
+from vsr_util.atomic import write_json
 
 __all__ = ["make_curriculum_figure", "run"]
 
@@ -45,7 +47,7 @@ def _execute(job: Job) -> dict[str, Any]:
     import torch
 
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import from_dict
+    from vsr_util.config_io import from_dict
 
     torch.set_num_threads(1)
     try:
@@ -91,7 +93,7 @@ def check_jobs(jobs: list[Job]) -> None:
 
     from llm_harness.tasks import get_task
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import from_dict
+    from vsr_util.config_io import from_dict
 
     seen: set[str] = set()
     for j in jobs:
@@ -127,23 +129,25 @@ def _collect(cfg: CompareConfig, bar: Any) -> int:
             failures += 1
             print(f"  FAILED (exit {res['rc']}): {j.regime}/{j.method}/seed{j.seed}", flush=True)
         elif cfg.records:
-            save_record(j, cfg.records_root)  # kept as it finishes: a session that ends mid-suite loses nothing
+            save_record(j, records_root(cfg))  # kept as it finishes: a session that ends mid-suite loses nothing
         bar.set_postfix(last=f"{j.regime}/{j.method}/{j.seed}")
     return failures
 
 
 def run(cfg: CompareConfig) -> int:
     """Train what is missing, then write the report; exit code 1 if a run failed. The suite's run folder and its
-    records folder are locked for the whole call (:mod:`vsr.runlock`): a second ``vsr compare`` of the same suite
+    records folder are locked for the whole call (:mod:`vsr_util.runlock`): a second ``vsr compare`` of the same suite
     is refused even when it names another run folder (both would rewrite the records' manifest)."""
     from contextlib import ExitStack
 
-    from vsr.runlock import locked_folder
+    from vsr_util.runlock import locked_folder
 
+    if cfg.records:
+        check_not_in_report_folder(cfg)  # before the lock creates the store's folder
     with ExitStack() as stack:
         stack.enter_context(locked_folder(cfg.runs_root, field="out"))
         if cfg.records:
-            stack.enter_context(locked_folder(cfg.records_root, field="records"))
+            stack.enter_context(locked_folder(records_root(cfg), field="records"))
         return _run_locked(cfg)
 
 
@@ -152,11 +156,11 @@ def _run_locked(cfg: CompareConfig) -> int:
 
     from llm_harness.compare.report import write_report
 
+    own_root = records_root(cfg)
     roots = _readable_records_roots(cfg) if cfg.records else []  # a damaged manifest: refused before any work
     kept_pool = cfg.report_dir / "pool.json"  # the pool the committed report was made on (sections.common.pool_section)
     if cfg.records and not kept_pool.is_file():  # a new suite's first part: a sibling's kept pool (same bytes, or reselected)
-        kept_pool = next((r.parent / "pool.json" for r in cfg.shared_records_roots if (r.parent / "pool.json").is_file()),
-                         kept_pool)
+        kept_pool = next((d / "pool.json" for d in cfg.shared_report_dirs if (d / "pool.json").is_file()), kept_pool)
     if cfg.records and cfg.pool_path is not None and not Path(cfg.pool_path).is_file() and kept_pool.is_file():
         Path(cfg.pool_path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(kept_pool, cfg.pool_path)  # prepare_pool still reselects it if its settings differ
@@ -171,19 +175,19 @@ def _run_locked(cfg: CompareConfig) -> int:
         broken: list[RecordError] = []  # this suite's pointer for j cannot be followed: a sibling may still restore j
         root = next((r for r in roots
                      if restore_record(j, r, retrain=cfg.retrain, report_only=cfg.report_only,
-                                       pointer_errors=broken if r == cfg.records_root else None)),
+                                       pointer_errors=broken if r == own_root else None)),
                     None)
         if root is None and broken:
             report_bad_record(broken[0], cfg.retrain, cfg.report_only)
         if root is not None:
             restored[root] = restored.get(root, 0) + 1
-            if root == cfg.records_root:
+            if root == own_root:
                 own.append(j)
-    mine = read_manifest(cfg.records_root) if own else {}  # readable: restore_record read it
+    mine = read_manifest(own_root) if own else {}  # readable: restore_record read it
     via = sum(is_pointer(mine.get(record_key(j))) for j in own)  # restored through this suite's pointers
     for root, n in restored.items():
         print(f"vsr compare: {n} finished run(s) restored from {root}"
-              + (f" ({via} of them through its pointers to sibling suites' records)" if via and root == cfg.records_root
+              + (f" ({via} of them through its pointers to sibling suites' records)" if via and root == own_root
                  else ""), flush=True)
     missing = [j for j in jobs if not is_done(j)]
     todo = [] if cfg.report_only else missing
@@ -207,7 +211,7 @@ def _run_locked(cfg: CompareConfig) -> int:
         if is_done(j):
             current.append(j)
             if cfg.records:  # a run a sibling suite holds byte for byte: a pointer to its record, not a copy
-                save_record(j, cfg.records_root, cfg.shared_records_roots)
+                save_record(j, own_root, shared_records_roots(cfg))
         elif (Path(j.run_dir) / "done.json").is_file():
             stale.append(j)
     if stale:
@@ -216,7 +220,7 @@ def _run_locked(cfg: CompareConfig) -> int:
               flush=True)
     if not current:
         raise ValueError(f"no finished run of suite {cfg.suite!r} in {cfg.runs_root} (and no matching record in "
-                         f"{cfg.records_root}): nothing to report" + ("; run it without --report-only first"
+                         f"{own_root}): nothing to report" + ("; run it without --report-only first"
                                                                        if cfg.report_only else ""))
     now = {j.run_dir for j in jobs}  # this invocation's jobs first, then the rest of the suite
     absent = [j for j in jobs if not is_done(j)] + [j for j in planned if j.run_dir not in now and not is_done(j)]
@@ -233,12 +237,13 @@ def _readable_records_roots(cfg: CompareConfig) -> list[Path]:
     damaged manifest stops the call before anything is restored, trained or reported (no finished run's record could
     be added to it, and ``--report-only`` cannot check the records it would report), then the siblings' that read
     (a damaged one is named once and not used; refused with ``--no-retrain``)."""
+    own = records_root(cfg)
     try:
-        read_manifest(cfg.records_root)
+        read_manifest(own)
     except RecordError as e:
         raise RecordError(f"{e} (vsr compare stopped before restoring, training or reporting anything)") from None
-    roots = [cfg.records_root]
-    for root in cfg.shared_records_roots:
+    roots = [own]
+    for root in shared_records_roots(cfg):
         try:
             read_manifest(root)
         except RecordError as e:

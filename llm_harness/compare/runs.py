@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from llm_harness.compare.stats import finite
-from vsr.atomic import read_json
+from vsr_util.atomic import read_json
 
 __all__ = ["final_eval", "final_evals", "last_row_value", "mean_of", "metric_key", "mixed_key", "read_rows", "step_series",
            "summarise"]

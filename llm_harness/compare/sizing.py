@@ -2,20 +2,19 @@
 workers, with the jobs left once its sibling suites' records exist.
 
 :data:`COST` holds the fitted constants (``benchmarks/suite_cost.py`` checks them against the committed records;
-``figures/SUITES.md`` has the measurements and the hours per suite); :data:`PLUGIN_COSTS` holds each plug-in's
-factor on an update's time, so a new plug-in declares its cost where it is registered for sizing instead of in a
-branch of this module.
+``figures/SUITES.md`` has the measurements and the hours per suite); each plug-in's factor on an update's time is
+part of its registration (``PluginSpec.cost`` in :mod:`llm_harness.trainer.plugins`, beside the plug-in), so this
+module never names a plug-in.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from llm_harness.compare.suite import SUITES
-from vsr.registry import Registry
 
-__all__ = ["COST", "PLUGIN_COSTS", "estimated_hours", "job_seconds", "jobs_left", "register_plugin_cost"]
+__all__ = ["COST", "estimated_hours", "job_seconds", "jobs_left", "plugin_cost"]
 
 
 #: Cost model of the suites: wall seconds of one run at one torch thread, 2 runs on 2 otherwise idle cores.
@@ -29,55 +28,27 @@ COST = {"update_s": 0.72, "replay_row_share": 0.6, "plugin_factor": 1.2, "redraw
         "startup_s": 4.0, "oracle_continuation_share": 0.0035}
 
 
-#: plug-in name -> ``factor(params, cost) -> float``: how much one update with that plug-in costs relative to GRPO's
-PLUGIN_COSTS: Registry[Callable[[Mapping[str, Any], Mapping[str, float]], float]] = Registry("plug-in cost")
+def plugin_cost(name: str, params: Mapping[str, Any], cost: Mapping[str, float] = COST) -> float:
+    """One update's time with plug-in ``name`` (configured with ``params``) over GRPO's, from its registration."""
+    from llm_harness.trainer.plugins import PLUGINS, import_plugin_modules
 
-
-def register_plugin_cost(name: str, factor: Callable[[Mapping[str, Any], Mapping[str, float]], float]) -> None:
-    """Add the cost factor of a plug-in the suites configure (:data:`PLUGIN_COSTS`)."""
-    PLUGIN_COSTS.add(name, factor)
-
-
-# replay trains 1 + r times the fresh rows (``ratio`` defaults to 0.5 in the trainer)
-register_plugin_cost("replay", lambda p, c: 1.0 + c["replay_row_share"] * float(p.get("ratio", 0.5)))
-# ExTra's scoring passes (novelty embedding, entropy for regeneration): one factor per ExTra plug-in
-for _name in ("extra", "extra_novelty", "extra_regen"):
-    register_plugin_cost(_name, lambda p, c: c["plugin_factor"])
-# DAPO redraws zero-variance groups (up to ``algo.max_gen_rounds`` rounds)
-register_plugin_cost("dapo", lambda p, c: c["redraw_factor"])
-# Reinforce-Ada-Est reallocates a fixed sample budget over a second generation round (``algo.max_gen_rounds`` 2): in
-# the VSR regime's records its updates took 1.39x GRPO's, DAPO's redraw factor
-register_plugin_cost("reinforce_ada_est", lambda p, c: c["redraw_factor"])
-
-
-def _vsr_cost(params: Mapping[str, Any], cost: Mapping[str, float]) -> float:
-    """VSR restarts part of the batch from stored states at no extra generation (its proxy scores are free: 0.98x
-    GRPO's update in the VSR regime's records); the oracle score generates ``oracle_candidates x oracle_samples``
-    continuations per update to score the candidates (unset: the plug-in's own defaults)."""
-    if params.get("score") != "oracle":
-        return 1.0
-    from llm_harness.methods.vsr import VSRConfig
-
-    n = int(params.get("oracle_candidates", VSRConfig.oracle_candidates)) * int(params.get("oracle_samples", VSRConfig.oracle_samples))
-    return 1.0 + cost["oracle_continuation_share"] * n
-
-
-register_plugin_cost("vsr", _vsr_cost)
+    import_plugin_modules()
+    return float(PLUGINS.lookup(name, "plugins (a suite's configuration)").cost(params or {}, cost))
 
 
 def job_seconds(mapping: Mapping[str, Any], steps: int, evals: int, base: bool = False,
                 cost: Mapping[str, float] = COST) -> float:
     """Wall seconds of one job from :data:`COST`: ``mapping`` is its config as the suite writes it (keys it leaves out
     take the trainer's defaults), ``evals`` its number of held-out evaluations (a ``base`` job: one evaluation, no
-    training). Each configured plug-in multiplies the update time by its :data:`PLUGIN_COSTS` factor; a plug-in
-    without an entry is refused (its cost is unknown, and a silent 1.0 would make a suite look cheaper than it is)."""
+    training). Each configured plug-in multiplies the update time by its registered cost factor
+    (:func:`plugin_cost`; an unknown plug-in is refused naming the registered ones)."""
     v = mapping["validation"]
     seqs = int(v["n_problems"]) * int(v["k"])
     if base:
         return cost["startup_s"] + seqs * cost["eval_seq_s"]
     factor = 1.0
     for name, params in (mapping.get("plugins") or {}).items():
-        factor *= PLUGIN_COSTS.lookup(name, "plug-in cost (llm_harness.compare.sizing.PLUGIN_COSTS)")(params or {}, cost)
+        factor *= plugin_cost(name, params or {}, cost)
     return cost["startup_s"] + steps * cost["update_s"] * factor + evals * seqs * cost["eval_seq_s"]
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from vsr.config_io import deep_merge, read_mapping
-from vsr.registry import Registry
+from vsr_util.config_io import deep_merge, read_mapping
+from vsr_util.registry import Registry
 
 __all__ = ["CONFIG_DIR", "WARMUP_KEYS", "Method", "PoolSpec", "Regime", "SUITES", "Suite", "method_mapping", "register_suite",
            "run_mapping"]
@@ -128,7 +128,7 @@ class Suite:
     """Arms drawn in per-update figures of many arms (at most ~6 per panel). Unset: the ExTra dynamics and efficiency
     figures draw the first six arms, ``compare_curves.png`` the reference and the five with the largest final |Δ|."""
     shares_records_with: tuple[str, ...] = ()
-    """Suites whose run records (beside this suite's report folder, ``compare_<name>/records``) may finish this
+    """Suites whose run records (beside this suite's records folder: ``records/compare_<name>``) may finish this
     suite's jobs: a job restores a sibling's record only when the fingerprints match (the same resolved config and
     pool bytes), so the same GRPO run is not trained once per table."""
 

@@ -16,7 +16,7 @@ from llm_harness.envs.babyai import BABYAI_LEVELS, BabyAIConfig, BabyAIEnv, desc
 from llm_harness.envs.base import SNAPSHOT_FORMAT, TextEnv, parse_action, seed_range
 from llm_harness.envs.sokoban import REWARD_SCHEMES, SokobanConfig, SokobanEnv, generate_room, parse_room, render_room, solve
 from llm_harness.tasks.registry import build_config
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = [
     "BABYAI_LEVELS",

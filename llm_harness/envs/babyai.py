@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from llm_harness.envs.base import TextEnv, check_budget, check_penalty, check_seed
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["ACTION_WORDS", "BABYAI_LEVELS", "BabyAIConfig", "BabyAIEnv", "DIRECTIONS", "describe_view", "parse_view", "require_minigrid"]
 

@@ -48,7 +48,7 @@ import math
 import re
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "SNAPSHOT_FORMAT",

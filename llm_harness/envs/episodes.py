@@ -52,8 +52,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from llm_harness.envs.base import TextEnv, check_seed
 from llm_harness.envs.prompt import Turn, render_agent_prompt, with_reply_format
-from vsr.checks import check_number
-from vsr.seeding import derive_seed
+from vsr_util.checks import check_number
+from vsr_util.seeding import derive_seed
 
 __all__ = [
     "EpisodeResult",

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["REPLY_FORMATS", "Turn", "render_agent_prompt", "with_reply_format"]
 

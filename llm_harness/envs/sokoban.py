@@ -53,8 +53,8 @@ from typing import Sequence
 import numpy as np
 
 from llm_harness.envs.base import TextEnv, check_budget, check_penalty, check_seed
-from vsr.registry import Registry
-from vsr.checks import check_number
+from vsr_util.registry import Registry
+from vsr_util.checks import check_number
 
 __all__ = [
     "MOVES",

@@ -24,7 +24,7 @@ from llm_harness.envs.base import TextEnv
 from llm_harness.envs.prompt import REPLY_FORMATS, render_agent_prompt, with_reply_format
 from llm_harness.tasks.base import Problem, Step, Task, VerifyResult
 from llm_harness.tasks.registry import build_config, register_task
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = ["EVAL_SEEDS", "EnvTask", "EnvTaskConfig"]
 

@@ -23,17 +23,6 @@ from llm_harness.lab.probe import ProbeResult, StateSpace, pool_state_space, run
 
 __all__ = ["AdviseConfig", "advise", "advise_command", "bootstrap_gains", "recommend"]
 
-#: knob grids tuned on the prediction: allocation -> (AllocationParams field, values)
-KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
-    "vsr_linear": ("rho", (0.25, 0.5, 0.75, 1.0)),
-    "vsr_calibrated": ("rho", (0.25, 0.5, 0.75, 1.0)),
-    "prefix_uniform": ("rho", (0.25, 0.5, 0.75, 1.0)),
-    "prefix_oracle": ("rho", (0.25, 0.5, 0.75, 1.0)),
-    "prompt_neyman": ("eps", (0.05, 0.2, 0.5)),
-    "prompt_variance": ("eps", (0.05, 0.2, 0.5)),
-}
-
-
 @dataclass(frozen=True)
 class AdviseConfig:
     """Options of ``vsr advise``."""
@@ -72,7 +61,7 @@ class AdviseConfig:
     """Progress bar for the probe."""
 
     def __post_init__(self) -> None:
-        from vsr.checks import check_number
+        from vsr_util.checks import check_number
 
         check_number("prompts", self.prompts, 2, 100_000, integer=True)
         check_number("probe_samples", self.probe_samples, 4, 4096, integer=True)
@@ -105,9 +94,9 @@ def _subset(probe: ProbeResult, prompts: np.ndarray) -> ProbeResult:
 
 
 def gains(probe: ProbeResult, params: AllocationParams, group_size: int, names: tuple[str, ...]) -> dict[str, float]:
-    """Predicted gain over ``uniform`` per allocation (:func:`llm_harness.lab.run.predictions`: B.3, plus the duplicate
+    """Predicted gain over ``uniform`` per allocation (:func:`llm_harness.lab.summary.predictions`: B.3, plus the duplicate
     term when the probe measured it); NaN for ExTra's shaped advantages or an undefined gain."""
-    from llm_harness.lab.run import predictions
+    from llm_harness.lab.summary import predictions
 
     out = {}
     for n, row in predictions(probe, params, names, group_size).items():
@@ -119,7 +108,10 @@ def gains(probe: ProbeResult, params: AllocationParams, group_size: int, names: 
 def tuned(probe: ProbeResult, params: AllocationParams, group_size: int) -> dict[str, tuple[str, float, float]]:
     """Per allocation with a knob: ``(knob, best value, its predicted gain)`` on the full probe."""
     out = {}
-    for name, (knob, grid) in KNOBS.items():
+    for name, entry in ALLOCATIONS.items():
+        if entry.knob is None:
+            continue
+        knob, grid = entry.knob
         best = max(grid, key=lambda v: _safe(gains(probe, replace(params, **{knob: v}), group_size, (name,))[name]))
         out[name] = (knob, best, gains(probe, replace(params, **{knob: best}), group_size, (name,))[name])
     return out
@@ -169,7 +161,8 @@ def recommend(rows: list[dict[str, Any]], min_gain: float) -> str:
 def advise(cfg: AdviseConfig) -> dict[str, Any]:
     """Probe, predict, tune and recommend (module doc); returns the table and the recommendation as plain data."""
     from llm_harness.lab.engine import LabEngine
-    from llm_harness.lab.run import LabConfig, _train_cfg
+    from llm_harness.lab.config import LabConfig
+    from llm_harness.lab.run import _train_cfg
 
     t0 = time.perf_counter()
     lab = LabConfig(train_config=cfg.train_config, model=cfg.model, backend=cfg.backend, task=cfg.task,
@@ -184,7 +177,7 @@ def advise(cfg: AdviseConfig) -> dict[str, Any]:
     finally:
         engine.close()
     G = tcfg.rollout.group_size
-    names = tuple(n for n in ALLOCATIONS.names() if not (n.startswith(("vsr", "prefix")) and not space.is_prefix.any()))
+    names = tuple(n for n, a in ALLOCATIONS.items() if space.is_prefix.any() or not a.prefixes)
     knobs = tuned(probe, cfg.allocation, G) if space.is_prefix.any() else {}
     params_of = {n: (replace(cfg.allocation, **{knobs[n][0]: knobs[n][1]}) if n in knobs else cfg.allocation) for n in names}
     point = {n: gains(probe, params_of[n], G, (n,))[n] for n in names}
@@ -231,7 +224,7 @@ def advise_command(cfg: AdviseConfig) -> int:
     if cfg.out:
         from pathlib import Path
 
-        from vsr.atomic import check_output_file
+        from vsr_util.atomic import check_output_file
 
         check_output_file(cfg.out, "out")
         check_output_file(Path(cfg.out).with_suffix(".txt"), "out")
@@ -241,7 +234,7 @@ def advise_command(cfg: AdviseConfig) -> int:
     if cfg.out:
         from pathlib import Path
 
-        from vsr.atomic import json_safe, write_json
+        from vsr_util.atomic import json_safe, write_json
 
         write_json(cfg.out, json_safe({**res, "config": {k: (list(v) if isinstance(v, tuple) else v)
                                                         for k, v in vars(cfg).items() if k != "allocation"}}))

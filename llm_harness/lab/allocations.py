@@ -22,6 +22,12 @@ Entries (the papers' allocations):
                        probe's prefix success (:func:`theory.prefix_scores.fit_interpolation`).
 ``prefix_uniform``     ``ρ`` of the groups from prefix states chosen uniformly (VSR's static-reset control).
 ``prefix_oracle``      ``ρ`` of the groups from prefix states chosen ``∝`` the probe's own σ (the best σ̂ can do).
+``prefix_sampling``    Prefix Sampling's hard side (PS, arXiv 2605.05112): too-hard prompts (probed rate < 0.3, ≥ 1
+                       success) restart from the reference prefix nearest ``α = 0.75`` (PS's fixed ratio 0.25 left to
+                       generate); ``min(ρ, their share)`` of the groups, no weights. The easy side (failed prefixes)
+                       has no state here.
+``pros``               PROS (ICLR 2026): each prompt's node — the prompt or one of its prefix states — whose probed
+                       rate is nearest 0.5; ``ρ`` of the groups spread evenly over those nodes, no weights.
 ``extra``              Uniform prompts with ExTra's correctness-gated novelty bonus added to the advantages
                        (eq. 2, ``γ``; the per-prompt memory is empty at a single step, so novelty is measured
                        against the correct siblings); the theory predicts nothing for it (realised only).
@@ -29,13 +35,14 @@ Entries (the papers' allocations):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from llm_harness.lab.probe import ProbeResult
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["ALLOCATIONS", "Allocation", "AllocationParams", "Batch", "Proposal", "draw_batch", "mixed_probability",
            "register_allocation"]
@@ -59,7 +66,7 @@ class AllocationParams:
     """Calibrated σ̂: α bins of the monotone fit."""
 
     def __post_init__(self) -> None:
-        from vsr.checks import check_number
+        from vsr_util.checks import check_number
 
         check_number("allocation.rho", self.rho, 0, 1)
         check_number("allocation.eps", self.eps, 0, 1)
@@ -92,16 +99,29 @@ class Allocation:
     summary: str
     proposal: Callable[[ProbeResult, AllocationParams, int], Proposal]
     """``(probe, params, group_size) -> Proposal``."""
+    knob: tuple[str, tuple[float, ...]] | None = None
+    """Its main knob, ``(AllocationParams field, grid)``, which ``vsr advise`` tunes on the prediction (None: none)."""
+    prefixes: bool = False
+    """It draws from prefix states (a pool without reference solutions cannot run it; ``vsr advise`` leaves it out)."""
 
 
 ALLOCATIONS: Registry[Allocation] = Registry("allocation")
 
 
-def register_allocation(name: str, summary: str) -> Callable[[Callable[..., Proposal]], Callable[..., Proposal]]:
-    """Decorator registering ``proposal(probe, params, group_size)`` under ``name``; duplicates are rejected."""
+def register_allocation(name: str, summary: str, knob: tuple[str, tuple[float, ...]] | None = None,
+                        prefixes: bool = False) -> Callable[[Callable[..., Proposal]], Callable[..., Proposal]]:
+    """Decorator registering ``proposal(probe, params, group_size)`` under ``name`` with its main ``knob``
+    (``(AllocationParams field, grid)``, tuned by ``vsr advise``) and whether it needs prefix states; duplicates and
+    unknown fields are rejected."""
+    if knob is not None:
+        fields = {f.name for f in dataclasses.fields(AllocationParams)}
+        if knob[0] not in fields or not knob[1]:
+            raise ValueError(f"register_allocation({name!r}): knob {knob!r} needs an AllocationParams field "
+                             f"({sorted(fields)}) and a non-empty grid")
 
     def deco(fn: Callable[..., Proposal]) -> Callable[..., Proposal]:
-        ALLOCATIONS.register(name)(Allocation(name, summary, fn))
+        ALLOCATIONS.register(name)(Allocation(name, summary, fn, None if knob is None else (knob[0], tuple(knob[1])),
+                                              bool(prefixes)))
         return fn
 
     return deco
@@ -182,19 +202,22 @@ def _dapo(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     return Proposal(d, np.ones_like(d), keep=mixed_probability(probe.k, probe.n, G))
 
 
-@register_allocation("prompt_neyman", "prompt-level Neyman mu ∝ d sigma-hat with d/mu weights (Reinforce-Ada, VIP)")
+@register_allocation("prompt_neyman", "prompt-level Neyman mu ∝ d sigma-hat with d/mu weights (Reinforce-Ada, VIP)",
+                     knob=("eps", (0.05, 0.2, 0.5)))
 def _prompt_neyman(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     p = probe.p
     return _prompt_weighted(probe, params, np.sqrt(p * (1.0 - p)))
 
 
-@register_allocation("prompt_variance", "prompt-level mu ∝ d p(1-p) with d/mu weights")
+@register_allocation("prompt_variance", "prompt-level mu ∝ d p(1-p) with d/mu weights",
+                     knob=("eps", (0.05, 0.2, 0.5)))
 def _prompt_variance(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     p = probe.p
     return _prompt_weighted(probe, params, p * (1.0 - p))
 
 
-@register_allocation("vsr_linear", "VSR: rho of the groups from reference prefixes ∝ linear sigma-hat")
+@register_allocation("vsr_linear", "VSR: rho of the groups from reference prefixes ∝ linear sigma-hat",
+                     knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
 def _vsr_linear(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     from theory.prefix_scores import variance_hat
 
@@ -202,7 +225,8 @@ def _vsr_linear(probe: ProbeResult, params: AllocationParams, G: int) -> Proposa
     return _prefix_mix(probe, params, variance_hat(a, _p0(probe), np.ones_like(a)), "vsr_linear")
 
 
-@register_allocation("vsr_calibrated", "VSR: rho of the groups from reference prefixes ∝ calibrated sigma-hat")
+@register_allocation("vsr_calibrated", "VSR: rho of the groups from reference prefixes ∝ calibrated sigma-hat",
+                     knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
 def _vsr_calibrated(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     from theory.prefix_scores import calibration_fraction, fit_interpolation, variance_hat_calibrated
 
@@ -214,15 +238,72 @@ def _vsr_calibrated(probe: ProbeResult, params: AllocationParams, G: int) -> Pro
     return _prefix_mix(probe, params, variance_hat_calibrated(a, p0, np.ones_like(a), f), "vsr_calibrated")
 
 
-@register_allocation("prefix_uniform", "rho of the groups from reference prefixes chosen uniformly (static resets)")
+@register_allocation("prefix_uniform", "rho of the groups from reference prefixes chosen uniformly (static resets)",
+                     knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
 def _prefix_uniform(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     return _prefix_mix(probe, params, np.ones(probe.space.size), "prefix_uniform")
 
 
-@register_allocation("prefix_oracle", "rho of the groups from reference prefixes ∝ the probe's own sigma")
+@register_allocation("prefix_oracle", "rho of the groups from reference prefixes ∝ the probe's own sigma",
+                     knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
 def _prefix_oracle(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     p = probe.p
     return _prefix_mix(probe, params, np.sqrt(p * (1.0 - p)), "prefix_oracle")
+
+
+#: Prefix Sampling's triage bounds and fixed cut (PS, arXiv 2605.05112: groups below 0.3 are "too hard"; the 14B run's
+#: fixed ratio 0.25 leaves a quarter of the successful trajectory to generate)
+PS_LOW, PS_RATIO_HARD = 0.3, 0.25
+
+
+@register_allocation("prefix_sampling", "PS hard side: rho (at most) of the groups from a long successful prefix of "
+                     "each too-hard prompt", knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
+def _prefix_sampling(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
+    """Prefix Sampling's hard side in the lab's state space (module doc): a prompt is "too hard" when its probed pass
+    rate is below ``PS_LOW`` with at least one success; each such prompt contributes its prefix state nearest
+    ``α = 1 − PS_RATIO_HARD`` (a reference-solution prefix standing for the successful trajectory PS keeps). PS
+    makes one prefix task per too-hard group of the batch, so those states get ``s = min(ρ, share of too-hard
+    prompts)`` of the groups (``ρ``: PS's cap on prefix tasks, 0.5 in our plug-in), uniform prompts the rest; no
+    weights (PS trains without them). PS's easy side cuts *failed* trajectories, which the lab's state space (prefixes
+    of reference solutions) does not hold: the allocation is PS hard-only."""
+    sp = probe.space
+    pre = sp.is_prefix
+    if not pre.any():
+        raise ValueError("allocation prefix_sampling: no prefix state (the pool's problems need reference solutions)")
+    P = sp.n_prompts
+    rate = np.clip(probe.k[:P] / np.maximum(probe.n[:P], 1), 0.0, 1.0)
+    hard = (rate < PS_LOW) & (probe.k[:P] > 0)
+    score = np.zeros(sp.size)
+    target = 1.0 - PS_RATIO_HARD
+    for q in np.flatnonzero(hard):
+        states = np.flatnonzero(pre & (sp.problem == q))
+        if states.size:
+            score[states[np.argmin(np.abs(sp.alpha[states] - target))]] = 1.0
+    s = min(params.rho, float(hard.mean())) if score.any() else 0.0
+    d = _d(probe)
+    mu = (1.0 - s) * d + (s * _normalise(score, "prefix_sampling") if s > 0 else 0.0)
+    return Proposal(mu, np.ones_like(mu), prefix_share=s, biased=s > 0)
+
+
+@register_allocation("pros", "PROS: rho of the groups from each prompt's node (prompt or prefix state) whose pass "
+                     "rate is nearest 0.5", knob=("rho", (0.25, 0.5, 0.75, 1.0)))
+def _pros(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
+    """PROS's selection in the lab's state space (module doc): every prompt and its prefix states form one tree; the
+    node whose (Jeffreys-shrunk) probed pass rate is nearest 0.5 is the prompt's candidate (PROS ranks nodes by a
+    posterior draw of the hierarchical model; the lab ranks by the probe's own rates, at most one node per prompt as
+    PROS does, and every prompt's candidate equally often, as PROS's skip of recently used queries spreads its picks).
+    ``ρ`` of the groups go to the candidates (PROS's share of the batch, 0.5 in our plug-in), uniform prompts the rest;
+    no weights (PROS trains without them). Without prefix states the candidates are the prompts themselves."""
+    sp = probe.space
+    P = sp.n_prompts
+    gap = np.abs(probe.p - 0.5)
+    cand = np.zeros(sp.size)
+    for q in range(P):
+        nodes = np.flatnonzero(sp.problem == q)
+        cand[nodes[np.argmin(gap[nodes])]] = 1.0
+    d = _d(probe)
+    mu = (1.0 - params.rho) * d + params.rho * _normalise(cand, "pros")
+    return Proposal(mu, np.ones_like(mu), biased=bool(params.rho > 0 and (cand != d * P).any()))
 
 
 @register_allocation("extra", "uniform prompts with ExTra's correctness-gated novelty bonus (gamma)")

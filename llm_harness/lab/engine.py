@@ -82,7 +82,7 @@ class LabEngine:
     def sample(self, states: Sequence[StartState], *, seed: int, group_size: int | None = None) -> list[RolloutGroup]:
         """One group per state (its ``n`` or ``group_size`` samples), verified; seeds derived from ``seed``."""
         from llm_harness.trainer.rollout import sample_groups
-        from vsr.seeding import derive_seed
+        from vsr_util.seeding import derive_seed
 
         r = self.cfg.rollout
         groups, _ = sample_groups(states, backend=self.ctx.backend, codec=self.codec, verifier=self.ctx.verifier,

@@ -94,7 +94,7 @@ class BlockMoments:
 
     ``references`` are fixed vectors (same length); ``add(g, tokens)`` costs one pass over ``g`` per block sum
     and per reference. Memory: ``blocks`` float32 vectors (the sums) — check it before constructing
-    (:func:`llm_harness.lab.run.check_memory`).
+    (:func:`llm_harness.lab.config.check_memory`).
     """
 
     def __init__(self, size: int, *, blocks: int = 8, references: Mapping[str, Any] | None = None):

@@ -71,7 +71,7 @@ class StateSpace:
 def build_state_space(solution_lengths: Sequence[int | None], alphas: Sequence[float], budget: int) -> StateSpace:
     """Prompts ``0..P-1`` then their prefix states; a prefix needs a reference solution and must leave at least one
     token of the response ``budget`` to generate (as VSR's buffer requires); duplicate cuts of one prompt kept once."""
-    from prefixvalue.prefixes import alpha_cut
+    from theory.prefix_scores import alpha_cut
 
     for a in alphas:
         if not 0.0 < float(a) < 1.0:

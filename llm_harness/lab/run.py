@@ -33,142 +33,26 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, allocation_names, draw_batch
-from llm_harness.lab.moments import (BlockMoments, MomentRecord, batches_to_resolve, difference_interval, estimate, jackknife,
-                                     log_ratio_interval, ratio_label, sign_label, statistic)
-from llm_harness.lab.predict import Prediction, duplicate_second_moment, leave_one_out_inflation, predict
+from llm_harness.lab.config import FORMAT, PROBE_FORMAT, LabConfig, check_memory
+from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate
 from llm_harness.lab.probe import ProbeResult, pool_state_space, run_probe, state_for
+from llm_harness.lab.report import gain_figure, plan_text, render_report, split_timings
+from llm_harness.lab.summary import allocation_rows, predictions, resolution_plan, summarise
 
-__all__ = ["LAB_FILES", "LabConfig", "check_memory", "lab_command", "make_lab_figure", "predictions", "run_lab"]
-
-FORMAT = 2
-PROBE_FORMAT = 3
-
-
-@dataclass(frozen=True)
-class LabConfig:
-    """Options of ``vsr lab``."""
-
-    train_config: str = "configs/regime_grpo.yaml"
-    """Training config naming the model, task, backend and rollout settings (nothing is trained, except by the
-    replay step, with this config's recipe and its plug-ins left out)."""
-    model: str = ""
-    """Model path or registered name; empty: the training config's."""
-    backend: str = ""
-    """Generation backend (``hf``, ``vllm``); empty: the training config's."""
-    task: str = ""
-    """Registered task name; empty: the training config's (a different task drops the config's task
-    parameters and pool)."""
-    task_params: tuple[str, ...] = ()
-    """Task parameters as ``key=value`` strings (values parsed as YAML), merged over the task's."""
-    pool: str = ""
-    """Pool file of training prompts (``vsr pool select``); empty: the training config's ``task.pool`` (then the
-    first ``prompts`` problems of its training split)."""
-    prompts: int = 128
-    """Prompts of the pool (or of the training split) the lab uses (its ``d`` is uniform over them)."""
-    alphas: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9)
-    """Hint ratios of the prefix states (fractions of each prompt's reference solution)."""
-    allocations: tuple[str, ...] = ()
-    """Allocations to realise (registered names; empty: all)."""
-    probe_samples: int = 16
-    """Monte-Carlo samples per state in the probe (half build the allocations, half predict them: >= 4)."""
-    score_samples: int = 2
-    """Samples per state whose score norm ‖∇ log π‖² the probe measures (0: assume it constant, B.4)."""
-    groups: int = 8
-    """Groups per mini-batch (K)."""
-    group_size: int = 8
-    """Samples per group (G)."""
-    batches: int = 32
-    """Independent mini-batches per allocation (N)."""
-    blocks: int = 8
-    """Jackknife blocks (block sums held in memory: blocks × parameters floats)."""
-    reference_batches: int = 64
-    """Mini-batches of the large-batch reference gradients (pool and held-out)."""
-    heldout: int = 128
-    """Held-out problems (validation split) of the held-out reference gradient."""
-    allocation: AllocationParams = field(default_factory=AllocationParams)
-    """Knobs of the allocations (VSR's ρ, the ε mixture, DAPO's round cap, ExTra's γ)."""
-    out: str = "runs/lab"
-    """Output folder (one writer at a time; reruns reuse finished steps; a folder holding another lab's results is
-    refused, see ``overwrite``)."""
-    replay_ages: tuple[int, ...] = ()
-    """Rollout replay at these ages (updates since the stored rollouts were drawn; empty: skip): the lab's last step,
-    which trains ``max(ages)`` GRPO updates from the starting parameters and compares fresh batches with batches
-    whose share ``replay_share`` of groups is replayed, without and with importance weights
-    (:mod:`llm_harness.lab.staleness`)."""
-    replay_share: float = 0.5
-    """Share of a replay batch's groups that are stored (the rest fresh): the Replay paper's ratio ``r/(1 + r)``."""
-    seed: int = 0
-    """Seed of every draw."""
-    progress: bool = True
-    """Progress bars."""
-    overwrite: bool = False
-    """Discard the results of another lab found in ``out`` (its probe, references, allocations, summary) instead of
-    refusing the folder."""
-    reanalyze: bool = False
-    """Rebuild the finished lab in ``out`` from its stored records only (summary, report, figure; no model is loaded,
-    nothing is resampled): for a lab written by an earlier version of the summary."""
-
-    def __post_init__(self) -> None:
-        from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS
-        from llm_harness.trainer.config import LIMITS
-        from vsr.checks import check_number
-
-        for name, lo, hi in (("prompts", 2, 100_000), ("probe_samples", 4, 4_096), ("score_samples", 0, 4_096),
-                             ("groups", 1, LIMITS["prompts_per_step"]), ("group_size", 2, LIMITS["group_size"]),
-                             ("batches", 2, 100_000), ("blocks", 2, None), ("reference_batches", 2, 100_000),
-                             ("heldout", 1, MAX_SPLIT_PROBLEMS), ("seed", 0, None)):
-            check_number(name, getattr(self, name), lo, hi, integer=True)
-        if self.groups * self.group_size > LIMITS["rollouts_per_step"]:
-            raise ValueError(f"groups x group_size: {self.groups} x {self.group_size} = {self.groups * self.group_size} "
-                             f"samples per mini-batch exceeds the limit {LIMITS['rollouts_per_step']}")
-        if self.batches < self.blocks or self.reference_batches < self.blocks:
-            raise ValueError(f"batches / reference_batches: need >= blocks ({self.blocks}) so every jackknife block "
-                             "holds a batch")
-        if not self.alphas:
-            raise ValueError("alphas: need at least one hint ratio")
-        for a in self.alphas:
-            check_number("alphas", a, 0, 1, lo_open=True, hi_open=True)
-        allocation_names(self.allocations)
-        if self.task:
-            from llm_harness.tasks import TASK_REGISTRY
-
-            TASK_REGISTRY.check(self.task, where="task")
-        from llm_harness.tasks.base import check_task_params
-
-        object.__setattr__(self, "task_params", check_task_params(self.task_params))
-        if self.replay_ages:
-            from llm_harness.lab.staleness import check_ages
-
-            check_ages(self.replay_ages, self.replay_share, self.groups)
-            if max(self.replay_ages) > 1000:
-                raise ValueError(f"replay_ages: at most 1,000 updates, got {max(self.replay_ages)}")
-
-
-def check_memory(n_params: int, vectors: int) -> None:
-    """Refuse a run whose gradient statistics need more memory than is available (``vectors`` float32 vectors)."""
-    import os
-
-    from llm_harness.trainer.memory_check import available_bytes
-
-    need = 4 * n_params * vectors
-    avail = available_bytes()
-    if os.environ.get("VSR_NO_MEMORY_CHECK", "") in ("", "0") and avail is not None and need > 0.8 * avail:
-        raise ValueError(f"lab.blocks: {vectors} gradient vectors of {n_params:,} parameters need {need / 2**30:.1f} GiB, "
-                         f"{avail / 2**30:.1f} GiB available; lower --blocks (>= 2)")
+__all__ = ["LAB_FILES", "lab_command", "make_lab_figure", "reanalyze_lab", "run_lab"]
 
 
 def _train_cfg(cfg: LabConfig) -> Any:
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import deep_merge, from_dict, read_mapping
+    from vsr_util.config_io import deep_merge, from_dict, read_mapping
 
     # run_dir inside the lab's folder: the replay step's GRPO updates may write there (a non-finite loss's batch)
     over: dict[str, Any] = {"run": {"progress": False, "run_dir": str(Path(cfg.out) / "train")},
@@ -318,46 +202,18 @@ def _probe_mismatch(out: Path) -> ValueError:
                              "(model, task, pool, rollout, prompts, hint ratios, probe samples or seed)")
 
 
-def predictions(probe: ProbeResult, params: AllocationParams, names: tuple[str, ...], group_size: int) -> dict[str, dict[str, Any]]:
-    """Per allocation: the :class:`~llm_harness.lab.predict.Prediction` under B.4 and B.3 (with Assumption S for the
-    signal) and the gains over uniform. Proposals come from the probe's selection half, σ², P(mixed) from the other
-    half (:meth:`~llm_harness.lab.probe.ProbeResult.selection`)."""
-    inflate = leave_one_out_inflation(group_size)
-    sel, ev = probe.selection(), probe.evaluation()
-    var = np.clip(ev.var, 0.0, None)
-    G = probe.score_sq_filled()
-    terms = {"b4": (var * inflate, np.sqrt(var)), "b3": (var * inflate * G, np.sqrt(var * G))}
-    if probe.dup_success is not None and probe.dup_failure is not None:
-        dup = duplicate_second_moment(group_size, G, np.clip(ev.k / ev.n, 0, 1), probe.dup_success, probe.dup_failure)
-        terms["b3d"] = (var * inflate * G + dup, np.sqrt(var * G))
-    if not float(np.sum(var[: probe.space.n_prompts])) > 0:  # no prompt mixed in the probe: S has no scale
-        terms = {k: (M, None) for k, (M, _) in terms.items()}
-    out: dict[str, dict[str, Any]] = {}
-    base: dict[str, Prediction] = {}
-    uni = ALLOCATIONS.lookup("uniform", where="predict").proposal(sel, params, group_size)
-    for key, (M, sig) in terms.items():
-        base[key] = predict(uni.mu, uni.weights, M, probe.tokens, signal=sig, d=uni.mu)
-    for name in names:
-        entry = ALLOCATIONS.lookup(name, where="lab.allocations")
-        prop = entry.proposal(sel, params, group_size)
-        keep = None if prop.keep is None else entry.proposal(ev, params, group_size).keep
-        row: dict[str, Any] = {"biased": prop.biased, "shaped": prop.shaped}
-        for key, (M, sig) in terms.items():
-            if prop.shaped:
-                row[key] = None
-                continue
-            pr = predict(prop.mu, prop.weights, M, probe.tokens, keep=keep, signal=sig, d=uni.mu)
-            row[key] = {"second_moment": pr.second_moment, "tokens_per_sample": pr.tokens, "signal_scale": pr.signal_scale,
-                        "gain": pr.gain_over(base[key])}
-        out[name] = row
-    return out
+def _say(cfg: Any, text: str) -> None:
+    if cfg.progress:
+        from tqdm.auto import tqdm
+
+        tqdm.write(text)
 
 
 def _realise(engine: Any, name: str, prop: Any, probe: ProbeResult, cfg: LabConfig, refs: dict[str, Any],
              state_of: Any, shaper: Any, desc: str, n_batches: int) -> tuple[MomentRecord, dict[str, float], Any]:
     from tqdm.auto import tqdm
 
-    from vsr.seeding import derive_seed
+    from vsr_util.seeding import derive_seed
 
     acc = BlockMoments(engine.n_params, blocks=cfg.blocks, references=refs)
     rng = np.random.default_rng(derive_seed(cfg.seed, "lab", name, "states"))
@@ -380,8 +236,8 @@ def _realise(engine: Any, name: str, prop: Any, probe: ProbeResult, cfg: LabConf
 
 def run_lab(cfg: LabConfig) -> dict[str, Any]:
     """Run (or resume) the lab into ``cfg.out`` and return the summary (module doc)."""
-    from vsr.atomic import atomic_path, json_safe, write_json
-    from vsr.runlock import locked_folder
+    from vsr_util.atomic import atomic_path, json_safe, write_json
+    from vsr_util.runlock import locked_folder
 
     names = allocation_names(cfg.allocations)
     out = Path(cfg.out)
@@ -477,7 +333,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
 def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], out: Path) -> dict[str, Any]:
     """``replay.json`` (resumable by its fingerprint) and its rows (:mod:`llm_harness.lab.staleness`)."""
     from llm_harness.lab.staleness import run_staleness, staleness_rows
-    from vsr.atomic import json_safe, write_json
+    from vsr_util.atomic import json_safe, write_json
 
     from llm_harness.lab.staleness import STALENESS_FORMAT
 
@@ -533,388 +389,11 @@ def _extra_shaper(engine: Any, params: AllocationParams) -> Any:
     return shape
 
 
-STATS = ("trvar", "mean_sq", "snr", "snr_per_ktok", "tokens", "dot:pool", "dot:heldout", "aligned_sq:pool",
-         "aligned_snr_per_ktok:pool", "aligned_snr_per_ktok:heldout", "cos:pool", "cos:heldout")
-#: realised gains over ``uniform``: the headline (SNR along the pool's gradient per token), the same along the held-out
-#: gradient, and the full SNR (noisier: ``‖E g‖²`` needs many more batches; moments module doc)
-GAINS = {"aligned_pool": "aligned_snr_per_ktok:pool", "aligned_heldout": "aligned_snr_per_ktok:heldout",
-         "full_snr": "snr_per_ktok"}
-
-
-def summarise(records: dict[str, MomentRecord], costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]],
-              ctx: dict[str, float], probe: ProbeResult, cfg: LabConfig, n_params: int) -> dict[str, Any]:
-    """Every statistic with its interval, the realised gains over ``uniform`` and the predictions, as plain data."""
-    rows = allocation_rows(records, costs, preds, ctx, cfg.groups * cfg.group_size)
-    pre = probe.space.is_prefix
-    return {
-        "format": FORMAT, "config": _plain(cfg), "n_params": n_params,
-        "probe": {"states": probe.space.size, "prompts": probe.space.n_prompts, "prefix_states": int(pre.sum()),
-                  "prompt_pass_rate": float(np.mean(probe.k[~pre] / probe.n[~pre])),
-                  "prompt_mixed_share": float(np.mean((probe.k[~pre] > 0) & (probe.k[~pre] < probe.n[~pre]))),
-                  "prefix_pass_rate_by_alpha": {f"{a:g}": float(np.mean(probe.k[pre & (probe.space.alpha == a)]
-                                                                      / probe.n[pre & (probe.space.alpha == a)]))
-                                                for a in sorted(set(probe.space.alpha[pre].tolist()))},
-                  "score_sq_prompt": _nanmean(probe.score_sq[~pre]), "score_sq_prefix": _nanmean(probe.score_sq[pre]),
-                  "score_by_outcome": probe.score_by_outcome(),
-                  "duplicate_pairs": None if probe.dup_success is None else {
-                      kind: {"success": float(np.mean(probe.dup_success[sel])), "failure": float(np.mean(probe.dup_failure[sel]))}
-                      for kind, sel in (("prompt", ~pre), ("prefix", pre)) if sel.any()},
-                  "tokens_prompt": float(np.mean(probe.tokens[~pre])),
-                  "tokens_prefix": float(np.mean(probe.tokens[pre])) if pre.any() else None,
-                  "wall_s": probe.wall_s},
-        "reference_norm2": ctx, "allocations": rows,
-    }
-
-
-def allocation_rows(records: dict[str, MomentRecord], costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]],
-                    ctx: dict[str, float], n_kept: int) -> list[dict[str, Any]]:
-    """One row per allocation of :func:`summarise` (``n_kept`` samples per batch: groups × group size)."""
-    rows = []
-    base = records.get("uniform")
-    for name, rec in records.items():
-        st = {k: estimate(rec, k, ctx).to_plain() for k in STATS}
-        gains = {g: (log_ratio_interval(rec, base, stat, ctx, ctx).to_plain() if base is not None else None)
-                 for g, stat in GAINS.items()}
-        signal = log_ratio_interval(rec, base, "aligned_sq:pool", ctx, ctx).to_plain() if base is not None else None
-        noise = log_ratio_interval(rec, base, "noise_per_ktok") if base is not None else None
-        kind, s2 = _signal_sq(name, costs, preds)
-        gains["variance"] = _variance_gain(noise, kind, s2) if base is not None and preds[name].get("b3") else None
-        if rec is base:  # the reference row: 1 by definition (its noise is inside every other row's interval)
-            one = {"value": 1.0, "lo": None, "hi": None, "se": None}
-            gains = {k: (dict(one, signal_from="unbiased") if k == "variance" else dict(one)) for k in gains}
-            signal = dict(one)
-        var_ratio: dict[str, float] | None = None
-        if preds[name].get("b3") is not None and st["trvar"]["value"] > 0:
-            var_ratio = {k: (preds[name][k]["second_moment"] / n_kept) / st["trvar"]["value"]
-                         for k in ("b3", "b3d") if preds[name].get(k) is not None}
-        rows.append({"name": name, "summary": ALLOCATIONS.lookup(name, where="summary").summary, "stats": st,
-                     "components": (components(rec, base, name, noise, kind, s2, preds, ctx)
-                                    if base is not None and rec is not base else None),
-                     "realised_gain": gains["aligned_pool"], "realised_gains": gains, "signal_sq_ratio": signal,
-                     "predicted": preds[name], "predicted_over_realised_trvar": var_ratio, "cost": costs[name],
-                     "batches": rec.n})
-    return rows
-
-
-def _signal_sq(name: str, costs: dict[str, dict[str, float]], preds: dict[str, dict[str, Any]]) -> tuple[str, float | None]:
-    """How an allocation's signal scale ``s²`` (its ⟨E g, ∇J⟩ over uniform's, squared) is known, and its value:
-    ``shaped`` (ExTra: no model, None), ``biased`` (only Assumption S's prediction), ``dapo`` (realised
-    ``(generated / kept groups)²``) or ``unbiased`` (1, a theorem for importance-weighted allocations)."""
-    c = costs[name]
-    if preds[name].get("shaped"):
-        return "shaped", None
-    if preds[name].get("biased"):
-        p3 = preds[name].get("b3") or {}
-        u3 = preds.get("uniform", {}).get("b3") or {}
-        s = (p3.get("signal_scale") / u3["signal_scale"]) if p3.get("signal_scale") and u3.get("signal_scale") else None
-        return "biased", None if s is None else s * s
-    if c.get("kept_groups", 0) and c["generated_groups"] != c["kept_groups"]:
-        return "dapo", (c["generated_groups"] / c["kept_groups"]) ** 2
-    return "unbiased", 1.0
-
-
-def _variance_gain(noise: Any, kind: str, s2: float | None) -> dict[str, Any] | None:
-    """Realised gain with the signal known without measuring it: ``s² · (tr Var · tokens)_uniform / (tr Var · tokens)_A``
-    (``noise`` is the allocation's noise ratio over uniform's, so the gain is ``s² / noise``).
-
-    ``s`` is 1 for an importance-weighted allocation (unbiasedness is a theorem: this is then its realised SNR gain,
-    resolved long before ‖E g‖² is) and the realised ``generated / kept`` groups for DAPO (``signal_from`` says which).
-    None for a biased allocation, whose ``s`` only Assumption S gives: a number with the prediction on both sides
-    would test nothing (its measured noise ratio and the predicted ``s²`` are reported apart, :func:`components`),
-    and None for ExTra (no signal model)."""
-    if kind not in ("unbiased", "dapo"):
-        return None
-    inv = lambda x: s2 / x if x and math.isfinite(x) and x > 0 else math.nan  # noqa: E731
-    lo, hi = inv(noise.hi), inv(noise.lo)
-    return {"value": inv(noise.value), "lo": lo, "hi": hi, "se": noise.se,
-            "signal_from": "unbiased" if kind == "unbiased" else "1/P(kept), realised", "label": ratio_label(lo, hi)}
-
-
-def _predicted_noise_ratio(preds: dict[str, dict[str, Any]], name: str, key: str) -> float | None:
-    """Predicted ``(second moment × tokens)`` of ``name`` over uniform's under prediction ``key`` (B.3, B.3 + dup)."""
-    a, u = preds[name].get(key), preds.get("uniform", {}).get(key)
-    if not a or not u:
-        return None
-    den = u["second_moment"] * u["tokens_per_sample"]
-    return a["second_moment"] * a["tokens_per_sample"] / den if den > 0 else None
-
-
-def _with_label(e: Any, kind: str) -> dict[str, Any]:
-    d = e.to_plain()
-    d["label"] = ratio_label(d["lo"], d["hi"]) if kind == "ratio" else sign_label(d["lo"], d["hi"])
-    return d
-
-
-#: how each kind of :func:`_signal_sq` is reported
-_SIGNAL_SOURCES = {"shaped": "no model (shaped advantages)", "biased": "predicted (assumption S)",
-                   "dapo": "realised (1/P(kept))²", "unbiased": "unbiased (theorem)"}
-
-
-def components(rec: MomentRecord, base: MomentRecord, name: str, noise: Any, kind: str, s2: float | None,
-               preds: dict[str, dict[str, Any]], ctx: dict[str, float]) -> dict[str, Any]:
-    """What the realised gain is made of, each measured with its own 95 % interval and label, beside what theory
-    predicts for it: the noise ratio ``noise`` (tr Var × generated tokens per batch, over uniform's; ``resolved`` when
-    its interval spans at most a factor :data:`~llm_harness.lab.moments.RESOLVE_FACTOR`), ‖E g‖² and the projection
-    ⟨E g, ∇J_heldout⟩ with their differences from uniform's (``> 0`` / ``< 0`` / ``not detected``), and the signal
-    scale ``s²`` of :func:`_signal_sq` — realised for DAPO (1/P(kept)²), 1 for an importance-weighted allocation, and
-    for a biased one Assumption S's prediction only."""
-    signal = {"value": s2, "source": _SIGNAL_SOURCES[kind]}
-    return {
-        "noise_ratio": {**_with_label(noise, "ratio"), "predicted_b3": _predicted_noise_ratio(preds, name, "b3"),
-                        "predicted_b3d": _predicted_noise_ratio(preds, name, "b3d"),
-                        "batches_for_25pct": batches_to_resolve(noise.se, rec.n)},
-        "mean_sq": _with_label(estimate(rec, "mean_sq", ctx), "sign"),
-        "mean_sq_minus_uniform": _with_label(difference_interval(rec, base, "mean_sq", ctx, ctx), "sign"),
-        "heldout_projection": _with_label(estimate(rec, "dot:heldout", ctx), "sign"),
-        "heldout_projection_minus_uniform": _with_label(difference_interval(rec, base, "dot:heldout", ctx, ctx), "sign"),
-        "signal_sq": signal,
-    }
-
-
-def resolution_plan(reference: MomentRecord, batches: int) -> dict[str, Any]:
-    """Before the allocations run: how many batches per allocation resolve a noise ratio to ±25 % (95 %), from the
-    reference batches (uniform, the same batch shape), taking each allocation's per-batch spread as uniform's."""
-    _, se, _ = jackknife(reference, statistic("noise_per_ktok"), None, lambda x: math.log(x) if x > 0 else math.nan)
-    need = batches_to_resolve(math.sqrt(2.0) * se, reference.n)  # a ratio of two such records
-    return {"reference_batches": reference.n, "noise_log_se": se, "batches_needed_25pct": need, "batches": batches,
-            "enough": bool(math.isfinite(need) and batches >= need)}
-
-
-def plan_text(plan: dict[str, Any]) -> str:
-    need = plan["batches_needed_25pct"]
-    if not math.isfinite(need):
-        return "lab: the reference batches do not say how many batches resolve a noise ratio (too few blocks)"
-    return (f"lab: about {math.ceil(need)} batches per allocation resolve a noise ratio to ±25 % (from "
-            f"{plan['reference_batches']} reference batches); this run has {plan['batches']}"
-            + ("" if plan["enough"] else " — its ratios will be wider (labelled when they span more than 2x)"))
-
-
-def _say(cfg: Any, text: str) -> None:
-    if cfg.progress:
-        from tqdm.auto import tqdm
-
-        tqdm.write(text)
-
-
-def _nanmean(x: np.ndarray) -> float | None:
-    x = np.asarray(x, dtype=np.float64)
-    return float(np.nanmean(x)) if np.isfinite(x).any() else None
-
-
-def _plain(cfg: LabConfig) -> dict[str, Any]:
-    d = asdict(cfg)
-    d["alphas"] = list(cfg.alphas)
-    d["allocations"] = list(cfg.allocations)
-    return d
-
-
-def _fmt(e: dict[str, float] | None, spec: str = ".2f") -> str:
-    if not e or e.get("value") is None:
-        return "n/a"
-    if e.get("lo") is None or e.get("hi") is None:
-        return f"{e['value']:{spec}}"
-    return f"{e['value']:{spec}} [{e['lo']:{spec}}, {e['hi']:{spec}}]"
-
-
-def _num(x: float | None, spec: str = ".2f") -> str:
-    return "n/a" if x is None else f"{x:{spec}}"
-
-
-_PLURAL = {"prompt": "prompts", "prefix": "prefixes"}
-
-
-def _dup_text(d: dict[str, Any]) -> str:
-    parts = [f"{_PLURAL.get(kind, kind)} {100 * v['success']:.1f} % / {100 * v['failure']:.1f} %" for kind, v in d.items()]
-    return (" Pairs of samples that are the same continuation (successes / failures): " + ", ".join(parts) + "."
-            if parts else "")
-
-
-def _b3_check(b: dict[str, Any]) -> str:
-    parts = [f"{_PLURAL[kind]} {b[kind + '_ratio']:.2f} ({b[kind + '_success_n']} successes measured)"
-             for kind in ("prompt", "prefix") if b.get(kind + "_ratio") is not None]
-    return (" Assumption B.3 check, ‖∇ log π‖² of successes over failures: " + ", ".join(parts) + " (1 under B.3)."
-            if parts else "")
-
-
-def render_report(s: dict[str, Any]) -> str:
-    """Markdown: the probe, then one row per allocation: predicted gain (B.4, B.3) vs realised, and the terms; the
-    seconds per batch when the summary holds them (not after :func:`split_timings`)."""
-    from vsr.atomic import TIMINGS_FILE
-
-    c, p = s["config"], s["probe"]
-    timed = all("sampling_s" in r["cost"] for r in s["allocations"])
-    lines = [
-        "# Allocation lab: predicted vs realised gradient signal per generated token", "",
-        f"Model `{c['model'] or 'as in the training config'}`, training config `{c['train_config']}`, {p['prompts']} prompts and "
-        f"{p['prefix_states']} prefix states (α {', '.join(f'{a:g}' for a in c['alphas'])}); mini-batches of "
-        f"{c['groups']} groups × {c['group_size']}, {c['batches']} per allocation, {c['blocks']} jackknife blocks "
-        f"(95 % t intervals); references from {c['reference_batches']} batches; seed {c['seed']}; "
-        f"{s['n_params']:,} parameters.", "",
-        f"Probe: prompt pass rate {p['prompt_pass_rate']:.3f}, {100 * p['prompt_mixed_share']:.0f} % of prompts mixed "
-        f"in {c['probe_samples']} samples; prefix pass rate by α: "
-        + ", ".join(f"{a}: {v:.2f}" for a, v in p["prefix_pass_rate_by_alpha"].items()) + "; mean tokens per sample "
-        f"{p['tokens_prompt']:.1f} (prompts)" + (f", {p['tokens_prefix']:.1f} (prefixes)" if p["tokens_prefix"] else "")
-        + (f"; score norm ‖∇ log π‖² {p['score_sq_prompt']:.3g} (prompts), {p['score_sq_prefix']:.3g} (prefixes)"
-           if p["score_sq_prompt"] and p["score_sq_prefix"] else "") + "." + _b3_check(p.get("score_by_outcome") or {})
-        + _dup_text(p.get("duplicate_pairs") or {}), "",
-        "Gain = SNR per generated token relative to `uniform` (GRPO). **Predicted** from VSR App. B (Lemma B.1) with "
-        "M(s) = G(s) σ²(s) G/(G−1): B.4 takes the score norm G(s) constant, B.3 the probe's, B.3 + dup adds the "
-        "covariance of identical continuations within a group (the probe's duplicate shares); the signal of a biased "
-        "allocation from Assumption S (each state's expected gradient σ(s) √G(s) along one direction; "
-        "`llm_harness/lab/predict.py`). **Realised** from "
-        "independent mini-batches at the same parameters: first the variance side, (tr Var × tokens) of uniform over "
-        "the allocation's, times the signal² that theory gives (1 for importance-weighted allocations, whose E g = ∇J "
-        "is a theorem; 1/P(kept)² for DAPO from its realised kept share; Assumption S for the biased ones, marked *) — "
-        "resolved with few batches; then the SNR of the signal along the large-batch pool gradient "
-        "r, ⟨E g, r⟩² / tr Var per token, the same along the held-out "
-        "gradient, and the full ‖E g‖² / tr Var (noisier). `signal²`: ⟨E g, r⟩² relative to uniform (1 for an "
-        "unbiased allocation; DAPO's scale is 1/P(kept)²). `pred/real tr Var`: the predicted per-batch variance "
-        "over the realised one, B.3 / B.3 + dup (1 = the variance term is right). cos: cosine of E g with r (noisy "
-        "when ‖E g‖² is not resolved). Δ held-out: ⟨E g, ∇J_heldout⟩, the first-order change of held-out success "
-        "per unit step along E g.", "",
-        "| allocation | predicted (B.4) | predicted (B.3) | predicted (B.3 + dup) | realised: variance, signal from theory "
-        "| realised: pool direction | realised: held-out direction | realised: full SNR | signal² | pred/real tr Var "
-        "| cos pool | Δ held-out | tokens / batch |" + (" s / batch (sample + grad) |" if timed else ""),
-        "|" + " --- |" * (14 if timed else 13),
-    ]
-    for r in s["allocations"]:
-        st, pr, g = r["stats"], r["predicted"], r["realised_gains"]
-        b4 = _num(pr["b4"]["gain"]) if pr.get("b4") else "—"
-        b3 = _num(pr["b3"]["gain"]) if pr.get("b3") else "—"
-        b3d = _num(pr["b3d"]["gain"]) if pr.get("b3d") else "—"
-        if pr.get("biased") and pr.get("b3"):
-            b4, b3, b3d = b4 + "*", b3 + "*", b3d + ("*" if pr.get("b3d") else "")
-        vr = r["predicted_over_realised_trvar"]
-        vr = None if not vr else " / ".join(_num(vr.get(k)) for k in ("b3", "b3d") if k in vr)
-        cost = r["cost"]
-        nb = max(1, r["batches"])
-        lines.append(
-            f"| `{r['name']}` | {b4} | {b3} | {b3d} | {_fmt(g.get('variance'))}{'*' if (g.get('variance') or {}).get('signal_from') == 'assumption S' else ''} | "
-            f"{_fmt(g['aligned_pool'])} | {_fmt(g['aligned_heldout'])} | "
-            f"{_fmt(g['full_snr'])} | {_fmt(r['signal_sq_ratio'])} | {'—' if vr is None else vr} | "
-            f"{_fmt(st['cos:pool'])} | {_fmt(st['dot:heldout'], '.3g')} | {st['tokens']['value']:.0f} |"
-            + (f" {(cost['sampling_s'] + cost['gradient_s']) / nb:.2f} ({cost['sampling_s'] / nb:.2f} + "
-               f"{cost['gradient_s'] / nb:.2f}) |" if timed else ""))
-    lines += ["", "\\* biased allocation: E g is not a multiple of ∇J; its predicted signal rests on Assumption S "
-              "(the realised signal² and cosines test it).  — : ExTra's shaped advantages, no prediction."
-              + ("" if timed else f" Seconds per batch: `{TIMINGS_FILE}` beside this report (not committed)."), ""]
-    lines += _component_lines(s)
-    if s.get("replay"):
-        lines += _replay_lines(s["replay"])
-    return "\n".join(lines)
-
-
-def _component_lines(s: dict[str, Any]) -> list[str]:
-    """The components table (:func:`components`), when the summary has them."""
-    rows = [r for r in s["allocations"] if r.get("components")]
-    if not rows:
-        return []
-    plan = s.get("plan") or {}
-    need = plan.get("batches_needed_25pct")
-    lines = ["## What each realised gain is made of", "",
-             "Each measured apart, with its 95 % interval, beside its prediction. **Noise ratio**: (tr Var × generated "
-             "tokens) per batch over uniform's — below 1 is less noise per token; predicted by B.3 / B.3 + dup; "
-             "*not resolved* when its interval spans more than a factor 2. **‖E g‖² − uniform's** and **held-out "
-             "projection − uniform's** (⟨E g, ∇J_heldout⟩): differences of independently realised allocations; *not "
-             "detected* when the interval contains 0. **Signal²**: realised for DAPO, 1 by theorem for an "
-             "importance-weighted allocation, and for a biased one Assumption S's prediction only (no realised number "
-             "uses it). **Batches for ±25 %**: per allocation, for its noise ratio at this run's spread."
-             + (f" Planned before the run from the reference batches: about {need:.0f} per allocation for ±25 %; this run "
-                f"has {plan['batches']}." if need is not None and math.isfinite(need) else ""), "",
-             "| allocation | noise ratio (measured) | predicted B.3 / B.3 + dup | ‖E g‖² − uniform's | held-out projection − "
-             "uniform's | signal² (source) | batches for ±25 % |", "|" + " --- |" * 7]
-    for r in rows:
-        c = r["components"]
-        nr = c["noise_ratio"]
-        pred = " / ".join("—" if nr.get(k) is None else f"{nr[k]:.2f}" for k in ("predicted_b3", "predicted_b3d"))
-        sig = c["signal_sq"]
-        need_a = nr.get("batches_for_25pct")
-        lines.append(
-            f"| `{r['name']}` | {_fmt(nr)} {nr['label'] if nr['label'] != 'resolved' else ''} | {pred} | "
-            f"{_fmt(c['mean_sq_minus_uniform'], '.3g')} {c['mean_sq_minus_uniform']['label']} | "
-            f"{_fmt(c['heldout_projection_minus_uniform'], '.3g')} {c['heldout_projection_minus_uniform']['label']} | "
-            f"{'—' if sig['value'] is None else format(sig['value'], '.2f')} ({sig['source']}) | "
-            f"{'—' if need_a is None or not math.isfinite(need_a) else f'{need_a:.0f}'} |")
-    return lines + [""]
-
-
-def _replay_lines(r: dict[str, Any]) -> list[str]:
-    share = r["share"]
-    lines = [f"## Rollout replay at ages {', '.join(map(str, r['ages']))} (`llm_harness/lab/staleness.py`)", "",
-             f"After {r['tau']} GRPO updates from the starting parameters (the training config's recipe), fresh uniform "
-             f"batches against batches whose {100 * share:.0f} % of groups are rollouts stored `a` updates earlier "
-             "(no generation), without correction and with sequence importance weights (`_iw`, unbiased). Variance side: "
-             "(tr Var × generated tokens) of fresh batches over the allocation's (95 % CI). Signal scale: "
-             "⟨E g, r⟩ over fresh batches' ⟨E g, r⟩, r an independent fresh reference (1 = unbiased). Bias²: "
-             "‖E g − ∇J‖² / ‖∇J‖², a ratio of noisy terms: ‖∇J‖² is "
-             + (_fmt({"value": r["rows"][0].get("grad_j_sq"), "lo": r["rows"][0].get("grad_j_sq_lo"),
-                      "hi": r["rows"][0].get("grad_j_sq_hi")}, ".3g") if r["rows"] else "n/a")
-             + " here (resolved only if its interval excludes 0).", "",
-             "| allocation | variance side | signal scale | cos with ∇J | bias² / ‖∇J‖² | tr Var | tokens / batch "
-             "| mean \\|log w\\| | weights' ESS / n | s (all batches) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for row in r["rows"]:
-        c = r["costs"].get(row["name"], {})
-        lines.append(f"| `{row['name']}` | {_fmt({'value': row['variance_side'], 'lo': row['variance_side_lo'], 'hi': row['variance_side_hi']})} "
-                     f"| {_fmt({'value': row['signal_scale'], 'lo': row['signal_scale_lo'], 'hi': row['signal_scale_hi']})} "
-                     f"| {_num(row['cos'])} | {_num(row['bias_sq_rel'])} | {_num(row['trvar'], '.3g')} | {_num(row['tokens'], '.0f')} | "
-                     f"{_num(c.get('log_weight_abs_mean'), '.3f') if c.get('log_weight_abs_mean') is not None else '—'} | "
-                     f"{_num(c.get('weight_ess_frac')) if c.get('weight_ess_frac') is not None else '—'} | "
-                     + (f"{(c.get('sampling_s', 0) + c.get('gradient_s', 0)):.0f} s total |" if "sampling_s" in c else "— |"))
-    return lines + [""]
-
-
-def gain_figure(s: dict[str, Any], path: Path) -> Path | None:
-    """A forest of the one component every allocation's prediction and measurement share without Assumption S: the
-    variance side, uniform's (tr Var × tokens) over the allocation's (1 / its noise ratio; filled, 95 % CI) against
-    B.3's (+ dup when measured; hollow), log scale, sorted by the measurement; biased allocations marked *."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from vsr.atomic import atomic_path
-
-    key = "predicted_b3d" if any((r.get("components") or {}).get("noise_ratio", {}).get("predicted_b3d") for r in s["allocations"]) \
-        else "predicted_b3"
-    rows = []
-    for r in s["allocations"]:
-        nr = (r.get("components") or {}).get("noise_ratio")
-        if not nr or not nr.get(key) or not (nr.get("value") or 0) > 0:
-            continue
-        inv = {"value": 1.0 / nr["value"], "lo": 1.0 / nr["hi"] if nr.get("hi") else None,
-               "hi": 1.0 / nr["lo"] if nr.get("lo") and nr["lo"] > 0 else None}
-        rows.append((r["name"] + ("*" if r["predicted"].get("biased") else ""), 1.0 / nr[key], inv))
-    if not rows:
-        return None
-    rows.sort(key=lambda t: t[2]["value"])
-    fig, ax = plt.subplots(figsize=(6.4, 0.42 * len(rows) + 1.4))
-    for i, (name, pred, real) in enumerate(rows):
-        lo, hi = real["lo"], real["hi"]
-        if lo is not None and hi is not None and lo > 0:
-            ax.plot([lo, hi], [i, i], color="C0", lw=2)
-        ax.plot([real["value"]], [i], "o", color="C0", label="measured, 95 % CI" if i == 0 else None)
-        ax.plot([pred], [i], "D", mfc="none", color="C3", label=f"predicted ({'B.3 + dup' if key.endswith('b3d') else 'B.3'})"
-                if i == 0 else None)
-    ax.axvline(1.0, color="black", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_ylim(-1.6, len(rows) - 0.4)  # room for the legend under the rows
-    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=9)
-    ax.set_xlabel("variance side: (tr Var × tokens) of uniform over the allocation's")
-    ax.set_title("Allocation lab: predicted (VSR App. B) vs measured noise per token", fontsize=10)
-    ax.legend(fontsize=8, loc="lower center", ncol=2, frameon=False)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=130)
-    plt.close(fig)
-    return path
-
-
 def reanalyze_lab(folder: str | Path) -> dict[str, Any]:
     """Rebuild a finished lab's ``summary.json``, ``report.md`` and ``lab_gain.png`` from its stored records alone (no
     model, nothing resampled): the allocations' moment records and costs, the reference batches, and the probe section
     and predictions of the existing summary. For a lab written before the summary had its components."""
-    from vsr.atomic import json_safe, read_json, write_json
+    from vsr_util.atomic import json_safe, read_json, write_json
 
     out = Path(folder)
     old = _read_doc(out / "summary.json")
@@ -953,16 +432,6 @@ def lab_command(cfg: LabConfig) -> int:
 
 
 #: the wall-clock fields of a lab summary (the probe's, each allocation's and the replay step's costs, the whole run's)
-TIMING_FIELDS = frozenset({"wall_s", "sampling_s", "gradient_s", "pools_and_updates_s", "time_step_s"})
-
-
-def split_timings(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(summary, timings)``: the summary ``s`` without :data:`TIMING_FIELDS` (its :func:`render_report` then has no
-    seconds column), and those fields alone, each allocation's with its name."""
-    from vsr.atomic import split_fields
-
-    kept, timings = split_fields(s, TIMING_FIELDS, ids=("name",))
-    return kept, timings or {}
 
 
 def make_lab_figure(out_dir: Path, quick: bool) -> int:
@@ -975,7 +444,7 @@ def make_lab_figure(out_dir: Path, quick: bool) -> int:
     import shutil
     import tempfile
 
-    from vsr.atomic import TIMINGS_FILE, write_json, write_text
+    from vsr_util.atomic import TIMINGS_FILE, write_json, write_text
 
     out_dir = Path(out_dir)
     sizes = (dict(prompts=8, probe_samples=4, groups=2, batches=4, blocks=2, reference_batches=4, heldout=8) if quick

@@ -91,7 +91,7 @@ def _tokens(groups: Sequence[Any]) -> float:
 
 def _sample_pool(engine: Any, prompts: Sequence[Any], n_groups: int, G: int, seed: int) -> list[tuple[Any, np.ndarray]]:
     """``n_groups`` groups on uniformly drawn prompts at the current parameters, each with its samples' log π."""
-    from vsr.seeding import derive_seed
+    from vsr_util.seeding import derive_seed
 
     rng = np.random.default_rng(derive_seed(seed, "pool"))
     groups = engine.sample(_draw_prompts(engine, prompts, rng, n_groups, G), seed=derive_seed(seed, "sample"), group_size=G)
@@ -106,7 +106,7 @@ def run_staleness(engine: Any, prompts: Sequence[Any], *, ages: Sequence[int], s
     ``records`` (name → :class:`MomentRecord` plain), ``costs``, ``train`` (the steps' metrics), ``reference``."""
     from tqdm.auto import tqdm
 
-    from vsr.seeding import derive_seed
+    from vsr_util.seeding import derive_seed
 
     ages = check_ages(ages, share, groups)
     tau = max(ages)

@@ -1,7 +1,8 @@
 """The three papers' methods as trainer plug-ins (VSR Alg. 1, Replay Alg. 1, ExTra §4).
 
-Importing this package registers them in :data:`llm_harness.trainer.plugins.PLUGINS` (the
-trainer imports it before looking plug-ins up):
+Each module registers its plug-ins beside them (``register_plugin(name, config=..., cost=..., smoke=...)``) in
+:data:`llm_harness.trainer.plugins.PLUGINS`; the trainer imports every module of this package before looking
+plug-ins up, so a new module here needs no other edit:
 
 * ``vsr`` — prefix-state resampling ∝ σ̂ with a recency window (:mod:`.vsr`);
 * ``replay`` — rollout-level |A| replay and the query-level baselines (:mod:`.replay`);
@@ -11,6 +12,3 @@ trainer imports it before looking plug-ins up):
 Any subset composes in one run: list several under ``plugins:`` in the config.
 """
 
-from llm_harness.methods import extra, replay, sampling, vsr  # noqa: F401  (registration side effects)
-
-__all__ = ["extra", "replay", "sampling", "vsr"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence, TypeVar
 
-from vsr.checks import check_number
-from vsr.config_io import from_dict
+from vsr_util.checks import check_number
+from vsr_util.config_io import from_dict
 
 __all__ = ["check_number", "plugin_config", "step_end_positions"]
 

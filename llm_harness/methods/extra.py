@@ -68,11 +68,11 @@ from llm_harness.embedders import EMBEDDERS, Embedder, build_embedder
 from llm_harness.methods.mte import char_to_token_cuts, mean_token_entropy, select_prefix, step_char_cuts
 from llm_harness.trainer.advantages import DEFAULT_DDOF, GRPO_EPS, group_advantages
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState, problem_index, start_state_from_plain, start_state_to_plain
-from llm_harness.trainer.plugins import AdvantageShaper, StartStateSource, StepHook, TrainContext, register_plugin
+from llm_harness.trainer.plugins import AdvantageShaper, PluginSmoke, StartStateSource, StepHook, TrainContext, register_plugin
 from llm_harness.trainer.step import Claim, Result, Shaped, Step
 from theory.extra import novelty_bonus
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "NORMALIZATIONS",
@@ -502,5 +502,19 @@ def _factory(name: str) -> Callable[[Mapping[str, Any], Any], ExtraPlugin]:
     return make
 
 
+def extra_cost(params: Mapping[str, Any], cost: Mapping[str, float]) -> float:
+    """Update cost over GRPO's for the suites' sizing: ExTra's scoring passes (novelty embedding, entropies for
+    regeneration), ``cost["plugin_factor"]`` for each ExTra variant."""
+    return cost["plugin_factor"]
+
+
+_SUMMARY = {"extra": "ExTra: correctness-gated novelty bonus and entropy-guided prefix regeneration (ExTra §4)",
+            "extra_novelty": "ExTra's correctness-gated novelty bonus alone (ExTra §4)",
+            "extra_regen": "ExTra's entropy-guided prefix regeneration alone (ExTra §4)"}
+#: each variant's state-test run: regeneration acts on failed samples (a task that is hard for the toy policy)
+_SMOKE = {"extra": PluginSmoke({"warmup_steps": 0, "embedder": "ngram4"}, state_key="queue", hard=True),
+          "extra_novelty": PluginSmoke({"embedder": "ngram4"}, state_key="memory"),
+          "extra_regen": PluginSmoke({"warmup_steps": 0}, state_key="prefix_cache", hard=True)}
 for _variant in _VARIANTS:
-    register_plugin(_variant)(_factory(_variant))
+    register_plugin(_variant, config=ExtraConfig, cost=extra_cost, smoke=_SMOKE[_variant],
+                    summary=_SUMMARY[_variant])(_factory(_variant))

@@ -19,7 +19,7 @@ import numpy as np
 
 from theory._validate import as_array
 from theory.prefix_scores import smoothed_entropy as _smoothed_entropy
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "char_to_token_cut",

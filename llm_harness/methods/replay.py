@@ -34,10 +34,10 @@ import numpy as np
 from llm_harness.methods.common import check_number, plugin_config
 from llm_harness.methods.vsr import weighted_sample_without_replacement
 from llm_harness.trainer.data import Origin, RolloutGroup, group_from_plain, group_to_plain, problem_index
-from llm_harness.trainer.plugins import Plugin, RolloutReplay, StepHook, TrainContext, register_plugin
+from llm_harness.trainer.plugins import Plugin, PluginSmoke, RolloutReplay, StepHook, TrainContext, register_plugin
 from llm_harness.trainer.rollout import derive_seed
 from llm_harness.trainer.step import Composition, Result, Step
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["COMPOSITIONS", "LEVELS", "PER_SAMPLE", "PRIORITIES", "ReplayConfig", "ReplayPlugin", "split_rollouts", "unit_priority"]
 
@@ -240,7 +240,15 @@ COMPOSITIONS: Registry[Callable[..., tuple[list[RolloutGroup], list[RolloutGroup
     "replay composition", {"fresh_anchored": _fresh_anchored, "pool": _pool})
 
 
-@register_plugin("replay")
+def replay_cost(params: Mapping[str, Any], cost: Mapping[str, float]) -> float:
+    """Update cost over GRPO's for the suites' sizing: replay trains ``1 + ratio`` times the fresh rows, and an update
+    costs ``1 + cost["replay_row_share"] x ratio`` times GRPO's (``ratio`` unset: :class:`ReplayConfig`'s default)."""
+    return 1.0 + cost["replay_row_share"] * float(params.get("ratio", ReplayConfig.ratio))
+
+
+@register_plugin("replay", config=ReplayConfig, cost=replay_cost, smoke=PluginSmoke({"warmup": 1}, state_key="buffer"),
+                 summary="Replay: rollout-level experience replay, |A| priority, age eviction, fresh-anchored batches "
+                         "(Replay Alg. 1)")
 def _make_replay(params: Mapping[str, Any], ctx: TrainContext) -> Plugin:
     """``plugins: {replay: {ratio: 0.5, max_age: 10, alpha: 0.5, level: rollout, priority: abs_adv, ...}}``."""
     return ReplayPlugin(plugin_config(ReplayConfig, params, "replay"), ctx)

@@ -59,12 +59,12 @@ import numpy as np
 
 from llm_harness.methods.common import check_number, plugin_config, step_end_positions
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState, problem_by_id, problem_index
-from llm_harness.trainer.plugins import Plugin, StartStateSource, StepHook, TrainContext, register_plugin
+from llm_harness.trainer.plugins import Plugin, PluginSmoke, StartStateSource, StepHook, TrainContext, register_plugin
 from llm_harness.trainer.rollout import collect, derive_seed
 from llm_harness.trainer.step import Claim, Result, Step
 from theory.prefix_scores import (MIN_CALIBRATION_GAP, calibration_fraction, fit_interpolation, std_hat, variance_hat,
                                   variance_hat_calibrated)
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["CURRICULUM_BINS", "PREFIX_SCORES", "PrefixScore", "VSRConfig", "VSRPlugin", "curriculum_metrics", "prefix_positions", "verify_interaction_states",
            "weighted_sample_without_replacement"]
@@ -588,7 +588,20 @@ class VSRPlugin(StartStateSource, StepHook):
             self.calib_sum = np.asarray(state["calib_sum"], dtype=np.float64).copy()
 
 
-@register_plugin("vsr")
+def vsr_cost(params: Mapping[str, Any], cost: Mapping[str, float]) -> float:
+    """Update cost over GRPO's for the suites' sizing: VSR restarts part of the batch from stored states at no extra
+    generation (its proxy scores are free: 0.98x GRPO's update in the VSR regime's records); the oracle score
+    generates ``oracle_candidates x oracle_samples`` continuations per update to score the candidates (unset: the
+    defaults of :class:`VSRConfig`), each ``cost["oracle_continuation_share"]`` of an update."""
+    if params.get("score") != "oracle":
+        return 1.0
+    n = int(params.get("oracle_candidates", VSRConfig.oracle_candidates)) * int(params.get("oracle_samples", VSRConfig.oracle_samples))
+    return 1.0 + cost["oracle_continuation_share"] * n
+
+
+@register_plugin("vsr", config=VSRConfig, cost=vsr_cost,
+                 smoke=PluginSmoke({"cold_start": True, "cold_start_problems": 20}, state_key="buffer"),
+                 summary="VSR: part of each batch restarts from stored prefix states drawn ∝ σ̂ (VSR Alg. 1)")
 def _make_vsr(params: Mapping[str, Any], ctx: TrainContext) -> Plugin:
     """``plugins: {vsr: {rho: 0.5, window: 5, score: p1mp, ...}}`` (fields of :class:`VSRConfig`)."""
     return VSRPlugin(plugin_config(VSRConfig, params, "vsr"), ctx)

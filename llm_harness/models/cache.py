@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vsr.atomic import read_json
+from vsr_util.atomic import read_json
 
 __all__ = [
     "ALIASES",
@@ -92,7 +92,7 @@ def record_alias(cache_dir: str | Path, name: str, folder: str | Path, *, source
     when it changed. An alias that names another folder is refused unless ``force`` (then it is moved)."""
     import fcntl
 
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     check_alias_name(name)
     cache = Path(cache_dir).expanduser().absolute()

@@ -61,8 +61,8 @@ from llm_harness.models.cache import check_alias_name, default_cache_dir, record
 from llm_harness.models.manifest import (FORMAT, MANIFEST, _pid_alive, file_entry, record_verdict, sha256_file, verify_folder,
                                          verify_folder_cached)
 from llm_harness.models.named import MODELS, NamedModel, locate_named_gguf
-from vsr.checks import check_number
-from vsr.atomic import read_json
+from vsr_util.checks import check_number
+from vsr_util.atomic import read_json
 
 __all__ = [
     "ImportConfig",

@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
-from vsr.atomic import read_json
+from vsr_util.atomic import read_json
 
 __all__ = [
     "FORMAT", "MANIFEST", "VERDICT", "check_model_folder", "file_entry", "read_manifest", "record_verdict", "sha256_file",

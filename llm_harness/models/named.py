@@ -17,7 +17,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["MODELS", "NamedModel", "locate_named_gguf"]
 

@@ -67,8 +67,8 @@ from llm_harness.tasks.base import (MAX_SPLIT_PROBLEMS, ParseStatus, Problem, St
                                     partition_spans)
 from llm_harness.tasks.math_answers import extract_boxed
 from llm_harness.tasks.registry import build_config, register_task
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "LEVELS",

@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "MAX_SPLIT_PROBLEMS",

@@ -41,7 +41,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = ["CallOutcome", "IsolatedRunner", "shared_runner"]
 

@@ -21,7 +21,7 @@ import logging
 from typing import Callable
 
 from llm_harness.tasks.math_answers import extract_boxed, normalize_answer
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = [
     "GRADERS",

@@ -39,7 +39,7 @@ from llm_harness.tasks.isolation import IsolatedRunner, shared_runner
 from llm_harness.tasks.math_answers import BOXED_WINDOW, extract_boxed
 from llm_harness.tasks.math_grading import GRADERS, require_math_verify
 from llm_harness.tasks.registry import build_config, register_task
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "MathFields",

@@ -30,7 +30,7 @@ from llm_harness.tasks.base import MAX_SPLIT_PROBLEMS, ParseStatus, Problem, Ste
 from llm_harness.tasks.isolation import IsolatedRunner, shared_runner
 from llm_harness.tasks.math_task import split_math_steps
 from llm_harness.tasks.registry import build_config, register_task
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = ["ReasoningGymConfig", "ReasoningGymTask", "import_reasoning_gym"]
 

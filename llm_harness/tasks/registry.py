@@ -1,6 +1,6 @@
 """Registry of tasks by name: ``get_task("step_arith", **params)``.
 
-Each entry of :data:`TASK_REGISTRY` (a :class:`vsr.registry.Registry`) is a factory
+Each entry of :data:`TASK_REGISTRY` (a :class:`vsr_util.registry.Registry`) is a factory
 ``(**params) -> Task``; duplicates are rejected, unknown names raise ValueError listing the known ones.
 """
 
@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, TypeVar
 
 from llm_harness.tasks.base import Task
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["TASK_REGISTRY", "available_tasks", "build_config", "get_task", "register_task"]
 

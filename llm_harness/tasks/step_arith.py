@@ -58,7 +58,7 @@ from llm_harness.tasks.base import (
     partition_spans,
 )
 from llm_harness.tasks.registry import build_config, register_task
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "ALPHABET",

@@ -33,8 +33,8 @@ import numpy as np
 from llm_harness.envs.episodes import EpisodeResult, EpisodeStart, run_episodes
 from llm_harness.testbed.agents import AGENT_FAMILIES, EVAL_SEEDS, family_env
 from theory.metrics.binomial import clustered_wilson
-from vsr.checks import check_number
-from vsr.seeding import derive_seed
+from vsr_util.checks import check_number
+from vsr_util.seeding import derive_seed
 
 __all__ = [
     "AgentEvalPlan",

@@ -40,8 +40,8 @@ from llm_harness.envs import ENVS, make_env, seed_range
 from llm_harness.envs.base import TextEnv, check_budget
 from llm_harness.envs.prompt import Turn, render_agent_prompt
 from llm_harness.testbed.sft import data_seed
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "AGENT_FAMILIES",

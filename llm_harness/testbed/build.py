@@ -35,8 +35,8 @@ from llm_harness.testbed.agents import AGENT_FAMILIES
 from llm_harness.testbed.model import TestbedModelConfig
 from llm_harness.testbed.paths import CHECKPOINT_DIR
 from llm_harness.trainer.schedules import SCHEDULES
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "FAMILIES",
@@ -434,7 +434,7 @@ def write_card(
     from llm_harness.tasks import get_task
     from llm_harness.testbed.evaluate import evaluate_model
     from llm_harness.testbed.model import load_testbed
-    from vsr.atomic import write_json, write_text
+    from vsr_util.atomic import write_json, write_text
 
     torch.set_num_threads(cfg.num_threads)
     path = Path(path)
@@ -463,7 +463,7 @@ def write_card(
 
 
 def _write_build_log(cfg: TestbedBuildConfig, meta: dict[str, Any], **extra: Any) -> None:
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     write_json(Path(cfg.out_dir) / "build_log.json", {"build_config": asdict(cfg), "n_parameters": meta["n_parameters"],
                                                       "seconds_per_step": meta["seconds_per_step"], "log": meta["log"], **extra})
@@ -583,7 +583,7 @@ def write_agent_card(
     from llm_harness.testbed.agent_eval import AgentEvalPlan, continuation_curve, level_label
     from llm_harness.testbed.agents import EVAL_SEEDS, TRAIN_SEED_START
     from llm_harness.testbed.model import load_testbed
-    from vsr.atomic import write_json, write_text
+    from vsr_util.atomic import write_json, write_text
 
     torch.set_num_threads(cfg.num_threads)
     path = Path(path)

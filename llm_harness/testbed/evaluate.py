@@ -23,7 +23,7 @@ import numpy as np
 from llm_harness.tasks import Problem, Task
 from llm_harness.testbed.paths import CHECKPOINT_DIR
 from theory.metrics.binomial import clustered_interval
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "TestbedEvalConfig",
@@ -126,7 +126,7 @@ def sample_correct(
     mode is restored.
     """
     from llm_harness.backends import HFBackend, HFBackendConfig
-    from llm_harness.trainer.evaluation import sample_and_verify
+    from llm_harness.trainer.evaluation import SamplingSession, sample_and_verify
     from llm_harness.trainer.modeling import Codec
 
     if not problems:
@@ -136,11 +136,10 @@ def sample_correct(
         model, tokenizer, config=HFBackendConfig(max_batch_sequences=batch_sequences, pad_token_id=tokenizer.pad_token_id)
     )
     try:
-        ev = sample_and_verify(
-            backend, Codec(tokenizer), task, task, problems, k=samples_per_problem, temperature=temperature,
-            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, stream=(split,), chunk_sequences=batch_sequences,
-            progress=progress, desc=f"eval {split}".strip(),
-        )
+        session = SamplingSession(backend, Codec(tokenizer), task, task, temperature=temperature, top_p=top_p,
+                                  max_new_tokens=max_new_tokens, chunk_sequences=batch_sequences)
+        ev = sample_and_verify(session, problems, k=samples_per_problem, seed=seed, stream=(split,), progress=progress,
+                               desc=f"eval {split}".strip())
     finally:
         model.train(training)
     return ev.correct.astype(np.int8), ev.counts
@@ -231,7 +230,7 @@ def evaluate(cfg: TestbedEvalConfig) -> int:
 
     from llm_harness.tasks import get_task
     from llm_harness.testbed.model import load_testbed
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)

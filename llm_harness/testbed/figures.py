@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vsr.atomic import read_json
+from vsr_util.atomic import read_json
 
 __all__ = ["CURVE_COLUMNS", "continuation_rows", "make_agent_figures"]
 
@@ -48,7 +48,7 @@ def make_agent_figures(out_dir: Path, quick: bool = False, checkpoint_dir: Path 
 
     from llm_harness.testbed.agents import AGENT_FAMILIES
     from llm_harness.testbed.paths import CHECKPOINT_DIR
-    from vsr.atomic import save_figure, write_csv
+    from vsr_util.atomic import save_figure, write_csv
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = ["TestbedModelConfig", "load_testbed", "make_model", "n_parameters"]
 

@@ -12,7 +12,7 @@ So on one machine and thread count, two runs give identical losses, and any pref
 the same whatever the total number of steps when the schedule is ``"constant"`` (warm-up then a
 constant rate), which is why checkpoints saved along one run are rebuilt by a longer or shorter
 one. The schedules are the trainer's (:mod:`llm_harness.trainer.schedules`). ``data_seed`` is not
-``vsr.seeding.derive_seed``: switching would change the training stream and with it the shipped
+``vsr_util.seeding.derive_seed``: switching would change the training stream and with it the shipped
 checkpoints, which ``vsr testbed build`` rebuilds bit-identically. Departure from common SFT
 recipes: no epochs over a fixed set (a stream instead).
 
@@ -36,7 +36,7 @@ import torch
 
 from llm_harness.tasks import Problem, Task
 from llm_harness.trainer.schedules import lr_lambda
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "SFTBatch",

@@ -42,7 +42,7 @@ import os
 from pathlib import Path
 
 from llm_harness.tasks import ALPHABET
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "BOS_TOKEN",
@@ -156,7 +156,7 @@ def save_tokenizer(tokenizer, path: str | os.PathLike) -> Path:
     cfg_file = path / "tokenizer_config.json"
     cfg = json.loads(cfg_file.read_text())
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    from vsr.atomic import write_json
+    from vsr_util.atomic import write_json
 
     write_json(cfg_file, cfg)
     return path

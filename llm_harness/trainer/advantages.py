@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from llm_harness.trainer.data import RolloutGroup
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -169,7 +169,7 @@ def _gigpo_episodes(g: RolloutGroup, eps: float, ddof: int, params: Mapping[str,
     """GiGPO (verl-agent ``core_gigpo.py``) over one episode group's turns: episode advantage plus
     ``step_weight`` × the anchor-state step advantage (:mod:`llm_harness.trainer.gigpo`)."""
     from llm_harness.trainer.gigpo import GiGPOParams, gigpo_advantages
-    from vsr.config_io import from_dict
+    from vsr_util.config_io import from_dict
 
     p = from_dict(GiGPOParams, dict(params), where="algo.advantage_params")
     info = g.info

@@ -25,7 +25,7 @@ def plot_agent_run(run_dir: str | Path, out_dir: str | Path, *, title: str, base
     import matplotlib.pyplot as plt
 
     from llm_harness.trainer.runlog import read_metrics
-    from vsr.atomic import save_figure, write_csv, write_text
+    from vsr_util.atomic import save_figure, write_csv, write_text
 
     rows = read_metrics(Path(run_dir) / "metrics.jsonl")
     if not rows:

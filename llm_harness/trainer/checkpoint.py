@@ -44,7 +44,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from vsr.atomic import is_disk_full, read_json, write_text
+from vsr_util.atomic import is_disk_full, read_json, write_text
 
 __all__ = [
     "FORMAT_VERSION",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 if TYPE_CHECKING:
     from llm_harness.trainer.eval_protocols import EvalProtocol
@@ -477,7 +477,7 @@ class TrainConfig:
             v = getattr(self, f.name)
             if f.name in ("model", "task", "rollout", "algo", "optim", "agent", "validation", "run"):
                 if isinstance(v, Mapping):
-                    raise ValueError(f"{f.name}: pass a {f.type} object (use vsr.config_io.from_dict for mappings)")
+                    raise ValueError(f"{f.name}: pass a {f.type} object (use vsr_util.config_io.from_dict for mappings)")
         if not isinstance(self.plugins, Mapping):
             raise ValueError(f"plugins: must be a mapping name -> params, got {type(self.plugins).__name__}")
         for k, v in self.plugins.items():

@@ -111,6 +111,12 @@ class StartState:
             raise ValueError(f"snapshot: must be None or a mapping, got {type(self.snapshot).__name__}")
 
     @property
+    def bare(self) -> bool:
+        """A bare prompt: no response prefix, no interaction history, no environment snapshot (what a prefix method
+        may cut its prefixes from)."""
+        return not self.prefix_ids and not self.history and self.snapshot is None
+
+    @property
     def context_ids(self) -> tuple[int, ...]:
         """``prompt_ids + prefix_ids``: what generation continues from."""
         return self.prompt_ids + self.prefix_ids

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from llm_harness.trainer.config import EvalConfig, TrainConfig
-from vsr.atomic import read_json, write_json, write_text
-from vsr.config_io import save_config
-from vsr.runlock import FolderLock
+from vsr_util.atomic import read_json, write_json, write_text
+from vsr_util.config_io import save_config
+from vsr_util.runlock import FolderLock
 
 __all__ = ["build_backend", "build_trainer", "evaluate", "resume_hint", "train"]
 
@@ -83,7 +83,7 @@ def check_resume_config(cfg: TrainConfig, run_dir: Path) -> None:
     """Refuse a resume whose configuration differs from the run's saved one in a field a resume must
     not change (ValueError naming every differing field, before anything is written)."""
     from llm_harness.trainer.loop import RESUMABLE_FIELDS
-    from vsr.config_io import config_diff, read_mapping, to_dict
+    from vsr_util.config_io import config_diff, read_mapping, to_dict
 
     saved = run_dir / "config.yaml"
     if not saved.is_file():
@@ -194,7 +194,7 @@ def _load_eval_model(cfg: EvalConfig) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``cfg.model``, or of ``cfg.run_dir``'s latest intact checkpoint, in eval mode."""
     from llm_harness.trainer.checkpoint import find_resumable
     from llm_harness.trainer.modeling import build_model
-    from vsr.config_io import load_config
+    from vsr_util.config_io import load_config
 
     model_cfg, seed, state = cfg.model, cfg.seed, None
     if cfg.run_dir:
@@ -252,7 +252,7 @@ def evaluate(cfg: EvalConfig) -> int:
         return evaluate_env(cfg)
     from llm_harness.tasks import get_task
     from llm_harness.tasks.coverage import check_task_encodable
-    from llm_harness.trainer.evaluation import evaluate_policy, format_eval_markdown
+    from llm_harness.trainer.evaluation import SamplingSession, evaluate_policy, format_eval_markdown
     from llm_harness.trainer.modeling import Codec
     from llm_harness.trainer.rollout import SafeVerifier
 
@@ -264,8 +264,9 @@ def evaluate(cfg: EvalConfig) -> int:
     verifier = SafeVerifier(task, 10.0)
     reference = read_json(Path(cfg.reference)) if cfg.reference else None
     try:
-        res = evaluate_policy(backend, Codec(tokenizer), task, verifier, problems, k=cfg.k, temperature=cfg.temperature,
-                              top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, reference=reference)
+        session = SamplingSession(backend, Codec(tokenizer), task, verifier, temperature=cfg.temperature, top_p=cfg.top_p,
+                                  max_new_tokens=cfg.max_new_tokens)
+        res = evaluate_policy(session, problems, k=cfg.k, seed=cfg.seed, reference=reference)
     finally:
         verifier.close()
     out = Path(cfg.out_dir)

@@ -1,6 +1,6 @@
 """The papers' evaluation protocols as named presets: sampling temperature, nucleus mass, samples.
 
-``EVAL_PROTOCOLS`` (a :class:`vsr.registry.Registry`) maps a name to an :class:`EvalProtocol`;
+``EVAL_PROTOCOLS`` (a :class:`vsr_util.registry.Registry`) maps a name to an :class:`EvalProtocol`;
 ``validation.protocol`` (:class:`llm_harness.trainer.config.ValidationConfig`) and ``vsr eval --protocol``
 (``EvalConfig``) name one (:func:`resolve_sampling` fills the unset fields), and the
 comparison suites set it per suite. Entries (Replay App. A; ExTra App. B.6; VSR App. D.2):
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = ["EVAL_PROTOCOLS", "EvalProtocol", "get_protocol", "resolve_sampling"]
 

@@ -3,7 +3,7 @@
 :func:`sample_and_verify` is the one evaluation sampler of the project: ``k`` completions per
 problem from one seeded ``backend.generate`` call per chunk of problems, each decoded
 (:func:`completion_text`) and verified, giving ``correct[problem, sample]``. Chunk ``c`` draws
-with seed ``derive_seed(seed, 0xE7A1, *stream, c)`` (:mod:`vsr.seeding`); ``stream`` separates
+with seed ``derive_seed(seed, 0xE7A1, *stream, c)`` (:mod:`vsr_util.seeding`); ``stream`` separates
 evaluations that share a seed (the test bed passes its split name). Two summaries use it:
 
 * :func:`evaluate_policy` — periodic validation during training and ``vsr eval``
@@ -27,13 +27,13 @@ from llm_harness.backends.completions import completion_text  # noqa: F401  (re-
 from llm_harness.trainer.data import StartState
 from llm_harness.trainer.rollout import sample_groups
 from theory.metrics import aes, avg_at_k, distinct_n, logdet_diversity, pass_at_k_table, self_bleu, t_interval
-from vsr.seeding import derive_seed
+from vsr_util.seeding import derive_seed
 
 
-__all__ = ["EvalSamples", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify",
+__all__ = ["EvalSamples", "SamplingSession", "completion_text", "evaluate_policy", "format_eval_markdown", "sample_and_verify",
            "validation_aes"]
 
-#: Role key of the evaluation streams in :func:`vsr.seeding.derive_seed`.
+#: Role key of the evaluation streams in :func:`vsr_util.seeding.derive_seed`.
 EVAL_STREAM = 0xE7A1
 
 
@@ -51,36 +51,52 @@ class EvalSamples:
     """``finish_<reason>`` and ``status_<parse status>`` counts over all samples."""
 
 
+@dataclass(frozen=True)
+class SamplingSession:
+    """Who samples and grades, and how: the one value that the evaluators (:func:`sample_and_verify`,
+    :func:`evaluate_policy`), the trainer's validation, ``vsr eval``, the test bed's evaluation, pool selection and the
+    model card build and pass around, instead of repeating these keywords."""
+
+    backend: Any
+    """A generation backend (``generate(states, n, temperature, top_p, max_new_tokens, seed)``)."""
+    codec: Any
+    """Token ids <-> text (:class:`llm_harness.trainer.modeling.Codec`)."""
+    task: Any
+    """The task rendering the prompts."""
+    verifier: Any
+    """Grades completions (``verify_many``; a ``SafeVerifier`` turns deadlines and grader errors into reward 0)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    chunk_sequences: int = 256
+    """Sequences per ``backend.generate`` call (problems per call: ``max(1, chunk_sequences // k)``)."""
+
+    def prompt_ids(self, problem: Problem) -> list[int]:
+        """The problem's prompt as token ids (the task's rendering through the codec's tokenizer)."""
+        return list(self.codec.encode(self.task.render_prompt(problem, getattr(self.codec, "tokenizer", None))))
+
+
 def sample_and_verify(
-    backend: Any,
-    codec: Any,
-    task: Any,
-    verifier: Any,
+    session: SamplingSession,
     problems: Sequence[Problem],
     *,
     k: int,
-    temperature: float,
-    top_p: float = 1.0,
-    max_new_tokens: int = 64,
     seed: int = 0,
     stream: tuple[int | str, ...] = (),
-    chunk_sequences: int = 256,
     progress: bool = False,
     desc: str = "eval",
 ) -> EvalSamples:
-    """``k`` verified completions of every problem (module doc).
+    """``k`` verified completions of every problem with ``session``'s backend, settings and verifier (module doc).
 
-    Prompts are ``codec.encode(task.render_prompt(problem, codec.tokenizer))``; groups of
-    ``max(1, chunk_sequences // k)`` problems go to one ``backend.generate`` call;
-    ``verifier.verify_many(problems, texts)`` grades each group (a ``SafeVerifier``: deadlines and
-    grader errors become reward 0).
+    Prompts are :meth:`SamplingSession.prompt_ids`; groups of ``max(1, session.chunk_sequences // k)`` problems go to
+    one ``backend.generate`` call; ``session.verifier.verify_many(problems, texts)`` grades each group.
     """
     from tqdm.auto import tqdm
 
     if not problems:
         raise ValueError("problems: must not be empty")
-    prompts = [list(codec.encode(task.render_prompt(p, getattr(codec, "tokenizer", None)))) for p in problems]
-    per_call = max(1, chunk_sequences // k)
+    prompts = [session.prompt_ids(p) for p in problems]
+    per_call = max(1, session.chunk_sequences // k)
     correct = np.zeros((len(problems), k), dtype=np.int64)
     lengths = np.zeros((len(problems), k), dtype=np.int64)
     token_ids: list[list[tuple[int, ...]]] = []
@@ -88,9 +104,9 @@ def sample_and_verify(
     starts = range(0, len(problems), per_call)
     for chunk, start in enumerate(tqdm(starts, desc=desc, disable=not progress, leave=False)):
         states = [StartState(prompts[i], problems[i]) for i in range(start, min(start + per_call, len(problems)))]
-        groups, _ = sample_groups(states, backend=backend, codec=codec, verifier=verifier, n_default=k,
-                                  temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                                  seed=derive_seed(seed, EVAL_STREAM, *stream, chunk))
+        groups, _ = sample_groups(states, backend=session.backend, codec=session.codec, verifier=session.verifier,
+                                  n_default=k, temperature=session.temperature, top_p=session.top_p,
+                                  max_new_tokens=session.max_new_tokens, seed=derive_seed(seed, EVAL_STREAM, *stream, chunk))
         for i, g in enumerate(groups):
             token_ids.append(list(g.response_ids))
             for j, (ids, r, fin) in enumerate(zip(g.response_ids, g.verify, g.finish_reasons)):
@@ -102,18 +118,11 @@ def sample_and_verify(
 
 
 def evaluate_policy(
-    backend: Any,
-    codec: Any,
-    task: Any,
-    verifier: Any,
+    session: SamplingSession,
     problems: Sequence[Problem],
     *,
     k: int,
-    temperature: float,
-    top_p: float = 1.0,
-    max_new_tokens: int = 64,
     seed: int = 0,
-    chunk_sequences: int = 256,
     reference: dict[str, Any] | None = None,
     embedder: Any = None,
     logdet_alpha: float = 1.0,
@@ -136,11 +145,10 @@ def evaluate_policy(
     """
     from llm_harness.embedders import NGramEmbedder
 
-    ev = sample_and_verify(backend, codec, task, verifier, problems, k=k, temperature=temperature, top_p=top_p,
-                           max_new_tokens=max_new_tokens, seed=seed, chunk_sequences=chunk_sequences)
+    ev = sample_and_verify(session, problems, k=k, seed=seed)
     correct, lengths = ev.correct, ev.lengths
     emb = embedder if embedder is not None else NGramEmbedder(4, 2048)
-    prompts = [list(codec.encode(task.render_prompt(p, getattr(codec, "tokenizer", None)))) for p in problems]
+    prompts = [session.prompt_ids(p) for p in problems]
     distinct, sbleu, logdets = [], [], []
     for i, samples in enumerate(ev.token_ids):
         seqs = [list(t) for t in samples]

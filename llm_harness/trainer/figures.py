@@ -32,7 +32,7 @@ def is_measured(column: str) -> bool:
 def _split_metrics(src: Path, out_dir: Path) -> None:
     """``src`` (a run's ``metrics.csv``) as ``out_dir/metrics.csv`` without the measured columns (:func:`is_measured`)
     and ``out_dir/timings.csv`` with ``step`` and those; every value keeps its text."""
-    from vsr.atomic import write_csv
+    from vsr_util.atomic import write_csv
 
     with open(src, newline="") as fh:
         rows = list(csv.reader(fh))
@@ -58,8 +58,8 @@ def make_training_curve_figure(out_dir: Path, quick: bool = False) -> Path:
     from llm_harness.trainer.config import RunConfig, TrainConfig, ValidationConfig
     from llm_harness.trainer.entry import build_trainer
     from llm_harness.trainer.smoke import FirstCharTask, tiny_config
-    from vsr.atomic import save_figure
-    from vsr.config_io import load_config
+    from vsr_util.atomic import save_figure
+    from vsr_util.config_io import load_config
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

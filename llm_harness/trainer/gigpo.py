@@ -74,8 +74,8 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "EPISODE_STATS",

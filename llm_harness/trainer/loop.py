@@ -66,7 +66,7 @@ from llm_harness.trainer.prompts import FreshPromptSource
 from llm_harness.trainer.rollout import COLLECTORS, SafeVerifier, collect, derive_seed, merge_groups
 from llm_harness.trainer.schedules import lr_lambda
 from llm_harness.trainer.step import FRESH_OWNER, Refill, Slot, Step
-from vsr.atomic import atomic_path
+from vsr_util.atomic import atomic_path
 
 __all__ = ["NonFiniteLossError", "TrainContext", "Trainer", "check_registries", "config_fingerprint", "lr_lambda"]
 
@@ -103,7 +103,7 @@ def config_fingerprint(cfg: TrainConfig) -> str:
     import hashlib
     import json
 
-    from vsr.config_io import to_dict
+    from vsr_util.config_io import to_dict
 
     d = to_dict(cfg)
     for k in RESUMABLE_FIELDS:
@@ -699,6 +699,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation and run
 
+    def sampling_session(self, temperature: float, top_p: float = 1.0) -> Any:
+        """This trainer's backend, codec, task and verifier as a :class:`~llm_harness.trainer.evaluation.SamplingSession`
+        (the rollout's response budget; evaluation draws from it)."""
+        from llm_harness.trainer.evaluation import SamplingSession
+
+        return SamplingSession(self.backend, self.codec, self.task, self.ctx.verifier, temperature=temperature,
+                               top_p=top_p, max_new_tokens=self.cfg.rollout.max_new_tokens)
+
     def validate(self) -> dict[str, float | None]:
         """Periodic held-out evaluation (``config.validation``; :func:`~llm_harness.trainer.evaluation.evaluate_policy`).
 
@@ -731,8 +739,7 @@ class Trainer:
             embedder = build_embedder(v.diversity_embedder, {}, self.ctx, "validation.diversity_embedder")
             self._validation_embedder = embedder
         res = evaluate_policy(
-            self.backend, self.codec, self.task, self.ctx.verifier, self.validation_problems,
-            k=sp.k, temperature=sp.temperature, top_p=sp.top_p, max_new_tokens=self.cfg.rollout.max_new_tokens,
+            self.sampling_session(sp.temperature, sp.top_p), self.validation_problems, k=sp.k,
             seed=derive_seed(self.cfg.seed, 0x7A1, 0), embedder=embedder, logdet_alpha=v.logdet_alpha,
         )
         out = {f"val_avg_at_{sp.k}": res["avg_at_k"]}
@@ -749,7 +756,7 @@ class Trainer:
             return None
         import hashlib
 
-        from vsr.config_io import to_dict
+        from vsr_util.config_io import to_dict
 
         rid = hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:12]
         return {"project": r.wandb_project, "name": self.run_dir.name, "id": rid, "resume": "allow", "mode": r.wandb_mode,
@@ -792,7 +799,7 @@ class Trainer:
         import json
         import sys
 
-        from vsr.atomic import write_text
+        from vsr_util.atomic import write_text
 
         rep = self.memory_report()
         write_text(self.run_dir / "memory.json", json.dumps(rep, indent=2) + "\n")

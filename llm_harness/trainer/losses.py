@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 import torch
 
-from vsr.checks import check_number
-from vsr.registry import Registry
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
 
 __all__ = [
     "AGGREGATIONS",

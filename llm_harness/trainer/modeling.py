@@ -19,7 +19,7 @@ import torch
 from llm_harness.backends.scoring import chunked_logprobs_entropy, rows_per_chunk
 from llm_harness.tasks import ALPHABET
 from llm_harness.trainer.packed_forward import packed_hidden, right_padded
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 from llm_harness.trainer.config import ModelConfig
 
 __all__ = ["CharTokenizer", "Codec", "build_model", "sequence_logprobs"]

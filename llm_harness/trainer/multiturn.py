@@ -45,7 +45,7 @@ from llm_harness.tasks import ParseStatus, VerifyResult
 from llm_harness.trainer.data import RolloutGroup, StartState
 from llm_harness.trainer.advantages import episode_group_advantages  # noqa: F401  (its home before; re-exported)
 from llm_harness.trainer.rollout import CollectStats, register_collector
-from vsr.seeding import derive_seed
+from vsr_util.seeding import derive_seed
 
 if TYPE_CHECKING:
     from llm_harness.trainer.plugins import TrainContext

@@ -21,18 +21,19 @@ a hook); points it does not override are no-ops:
   filled (buffers update here).
 
 Plug-ins keep their own state and expose it through ``state_dict()`` / ``load_state_dict()`` for
-checkpoints. ``PLUGINS`` maps a config name to a factory ``factory(params, ctx) -> plugin``; the
-trainer builds the configured plug-ins in order and never branches on their names.
+checkpoints. ``PLUGINS`` maps a config name to its :class:`PluginSpec` (factory ``factory(params, ctx) -> plugin``,
+parameter class, cost factor, state-test run), registered once beside the plug-in; the trainer builds the configured plug-ins in order and never branches on their names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from llm_harness.trainer.step import Claim, Composition, Kept, Refill, Result, SampleCounts, Shaped, Step
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 if TYPE_CHECKING:  # imported for annotations only (no import cycles at run time)
     from llm_harness.tasks import Problem, Task
@@ -44,12 +45,16 @@ __all__ = [
     "AdvantageShaper",
     "GroupFilter",
     "PLUGINS",
+    "PLUGIN_PACKAGES",
     "Plugin",
+    "PluginSmoke",
+    "PluginSpec",
     "RolloutReplay",
     "StartStateSource",
     "StepHook",
     "TrainContext",
     "POINTS",
+    "CostFactor",
     "WarningLog",
     "build_plugins",
     "check_indices",
@@ -57,6 +62,7 @@ __all__ = [
     "merge_metrics",
     "plugin_label",
     "register_plugin",
+    "unit_cost",
 ]
 
 
@@ -185,31 +191,94 @@ POINTS: tuple[type[Plugin], ...] = (StartStateSource, AdvantageShaper, GroupFilt
 # ------------------------------------------------------------------------------ registry
 
 PluginFactory = Callable[[Mapping[str, Any], TrainContext], Plugin]
-#: config name -> factory(params, ctx)
-PLUGINS: Registry[PluginFactory] = Registry("plug-in")
+#: ``factor(params, cost_constants) -> float``: one update's time with the plug-in over GRPO's, for the comparison
+#: suites' sizing (:mod:`llm_harness.compare.sizing`, whose ``COST`` holds the constants it may read)
+CostFactor = Callable[[Mapping[str, Any], Mapping[str, float]], float]
 
 
-def register_plugin(name: str) -> Callable[[PluginFactory], PluginFactory]:
-    """Decorator adding a plug-in factory under ``name``; duplicates are rejected."""
-    return PLUGINS.register(name)
+def unit_cost(params: Mapping[str, Any], cost: Mapping[str, float]) -> float:
+    """The cost factor of a plug-in that adds no generation or loss work (1: an update costs what GRPO's does)."""
+    return 1.0
 
 
-#: modules imported (when installed) before plug-ins are looked up, so their registrations exist
-PLUGIN_MODULES: tuple[str, ...] = ("llm_harness.methods",)
+@dataclass(frozen=True)
+class PluginSmoke:
+    """The small run that checks a plug-in's checkpoint state (``tests/llm_harness/methods/test_plugin_states.py``):
+    three steps of a toy task with ``params``; ``state_key`` must be non-empty in ``state_dict()`` afterwards (None:
+    the plug-in keeps no state); ``hard``: the toy task passes rarely (plug-ins that act on failures)."""
+
+    params: Mapping[str, Any] = field(default_factory=dict)
+    state_key: str | None = None
+    hard: bool = False
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """Everything the toolkit knows about one plug-in, registered once beside it (:func:`register_plugin`): the
+    trainer builds it with ``factory``, ``config`` is the frozen dataclass of its parameters (the keys under
+    ``plugins.<name>``), ``cost`` sizes the suites that configure it, ``smoke`` is its state test's run. Calling the
+    spec calls the factory."""
+
+    name: str
+    factory: PluginFactory
+    config: type | None
+    cost: CostFactor
+    smoke: PluginSmoke
+    summary: str = ""
+    """One line: what the plug-in does and its source (``vsr plugins`` prints it)."""
+
+    def __call__(self, params: Mapping[str, Any], ctx: TrainContext) -> Plugin:
+        return self.factory(params, ctx)
+
+
+#: config name -> :class:`PluginSpec` (callable as its factory)
+PLUGINS: Registry[PluginSpec] = Registry("plug-in")
+
+
+def register_plugin(name: str, *, config: type | None, cost: CostFactor, smoke: PluginSmoke,
+                    summary: str = "") -> Callable[[PluginFactory], PluginFactory]:
+    """Decorator registering ``factory(params, ctx) -> Plugin`` as plug-in ``name`` with its :class:`PluginSpec`
+    fields (every one required: a plug-in whose cost or state test is unknown is not registered); duplicates are
+    rejected. Returns the factory unchanged."""
+    if config is not None and not dataclasses.is_dataclass(config):
+        raise TypeError(f"register_plugin({name!r}): config must be a dataclass type, got {config!r}")
+    if not callable(cost):
+        raise TypeError(f"register_plugin({name!r}): cost must be callable (params, cost_constants) -> float")
+    if not isinstance(smoke, PluginSmoke):
+        raise TypeError(f"register_plugin({name!r}): smoke must be a PluginSmoke, got {type(smoke).__name__}")
+
+    def deco(factory: PluginFactory) -> PluginFactory:
+        PLUGINS.add(name, PluginSpec(name, factory, config, cost, smoke, summary or _first_line(factory.__doc__)))
+        return factory
+
+    return deco
+
+
+def _first_line(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+#: packages whose every module is imported (when installed) before plug-ins are looked up, so their registrations
+#: exist: a new module in ``llm_harness/methods/`` is found without another edit
+PLUGIN_PACKAGES: tuple[str, ...] = ("llm_harness.methods",)
 
 
 def import_plugin_modules() -> None:
-    """Import every installed module of :data:`PLUGIN_MODULES` (they call ``register_plugin``)."""
+    """Import every module of every installed package of :data:`PLUGIN_PACKAGES` (they call ``register_plugin``)."""
     import importlib
     import importlib.util
+    import pkgutil
 
-    for mod in PLUGIN_MODULES:
+    for pkg in PLUGIN_PACKAGES:
         try:
-            found = importlib.util.find_spec(mod) is not None
+            found = importlib.util.find_spec(pkg) is not None
         except ModuleNotFoundError:
             found = False
-        if found:
-            importlib.import_module(mod)
+        if not found:
+            continue
+        mod = importlib.import_module(pkg)
+        for info in pkgutil.iter_modules(getattr(mod, "__path__", ()), prefix=pkg + "."):
+            importlib.import_module(info.name)
 
 
 def build_plugins(spec: Mapping[str, Mapping[str, Any]], ctx: TrainContext) -> list[Plugin]:

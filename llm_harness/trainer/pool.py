@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vsr.atomic import read_json, write_json
+from vsr_util.atomic import read_json, write_json
 
 __all__ = ["POOL_FORMAT", "load_pool", "pool_digest", "restrict_to_pool", "write_pool"]
 

@@ -1,6 +1,6 @@
 """Generation and verification of rollout groups (GRPO groups, Replay §3).
 
-* :func:`derive_seed` (:mod:`vsr.seeding`, re-exported) — a fresh, deterministic sampling seed per
+* :func:`derive_seed` (:mod:`vsr_util.seeding`, re-exported) — a fresh, deterministic sampling seed per
   (run seed, step, round, call).
 * :class:`SafeVerifier` (:mod:`llm_harness.trainer.verifier`, re-exported) — ``task.verify`` under a deadline;
   an exception or a timeout gives reward 0 and is counted (never a crash).
@@ -22,9 +22,9 @@ import numpy as np
 
 from llm_harness.backends import Sample, SamplingParams, continuation_budget
 from llm_harness.trainer.data import RolloutGroup, StartState, completion_ids
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 from llm_harness.trainer.verifier import SafeVerifier  # noqa: F401  (re-exported: its home before)
-from vsr.seeding import derive_seed  # noqa: F401  (re-exported: the one seed derivation)
+from vsr_util.seeding import derive_seed  # noqa: F401  (re-exported: the one seed derivation)
 
 if TYPE_CHECKING:
     from llm_harness.trainer.plugins import TrainContext

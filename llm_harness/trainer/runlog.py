@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from vsr.atomic import csv_text, naming_path, write_csv, write_text
+from vsr_util.atomic import csv_text, naming_path, write_csv, write_text
 
 __all__ = ["MetricsWriter", "TIMING_KEYS", "is_timing_key", "parse_jsonl", "read_metrics"]
 

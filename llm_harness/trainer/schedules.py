@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["SCHEDULES", "lr_lambda", "register_schedule"]
 

@@ -29,10 +29,10 @@ from prefixvalue.analysis import bits, bits_matrix, correlation_dict, fmt_ci, ma
 from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefixes import alpha_cut
-from prefixvalue.registry import Study, register_study
-from vsr.seeding import derive_seed
+from prefixvalue.registry import Study, register_study, study_name
+from vsr_util.seeding import derive_seed
 
-NAME = "hint-ratio"
+NAME = study_name(__name__)  # the file name is the study's name (prefixvalue.registry)
 
 
 @dataclass(frozen=True)

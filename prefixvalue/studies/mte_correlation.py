@@ -39,10 +39,10 @@ from llm_harness.trainer.data import StartState
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefix_metrics import answer_probe, label_metrics, metric_family
 from prefixvalue.prefixes import entropy_stats, p_hat, step_cuts, variance_hat
-from prefixvalue.registry import Study, register_study
-from vsr.seeding import derive_seed
+from prefixvalue.registry import Study, register_study, study_name
+from vsr_util.seeding import derive_seed
 
-NAME = "mte-correlation"
+NAME = study_name(__name__)  # the file name is the study's name (prefixvalue.registry)
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ from prefixvalue.analysis import bits, bits_matrix, fmt_ci, markdown_table, mean
 from prefixvalue.config import StudyConfig, check_samples, check_temperature, check_top_p, size_limits
 from prefixvalue.engine import StudyContext, policy_model
 from prefixvalue.prefixes import smoothed_mte
-from prefixvalue.registry import Study, register_study
-from vsr.checks import check_number
-from vsr.registry import Registry
-from vsr.seeding import derive_seed
+from prefixvalue.registry import Study, register_study, study_name
+from vsr_util.checks import check_number
+from vsr_util.registry import Registry
+from vsr_util.seeding import derive_seed
 
-NAME = "prefix-selection"
+NAME = study_name(__name__)  # the file name is the study's name (prefixvalue.registry)
 GROUP_FILTERS = ("all-fail", "any")
 
 Selector = Callable[[np.ndarray, np.ndarray, np.ndarray, np.random.Generator], int]

@@ -38,13 +38,13 @@ from prefixvalue.analysis import bits, cluster_dict, correlation_dict, fmt_ci, m
 from prefixvalue.config import StudyConfig, check_fractions, check_samples, check_temperature, check_top_p
 from prefixvalue.engine import StudyContext
 from prefixvalue.prefixes import alpha_cut, empirical_std, p_hat, std_hat, variance_hat
-from prefixvalue.registry import Study, register_study
+from prefixvalue.registry import Study, register_study, study_name
 from theory._validate import as_array
 from theory.prefix_scores import calibration_fraction, fit_interpolation, interpolation, variance_hat_calibrated
-from vsr.checks import check_number
-from vsr.seeding import derive_seed
+from vsr_util.checks import check_number
+from vsr_util.seeding import derive_seed
 
-NAME = "sigma-validation"
+NAME = study_name(__name__)  # the file name is the study's name (prefixvalue.registry)
 #: Linear (paper) σ̂ columns of the table.
 LINEAR = ("sigma_hat", "sigma_hat_sqrt")
 #: Cross-fitted calibrated σ̂ columns, added by :func:`with_calibrated` (same order as ``LINEAR``).
@@ -453,7 +453,7 @@ def plot(table, summary: dict[str, Any], out_dir) -> list:
     Writes the figure's numbers beside it (``sigma_validation_states.csv``, ``sigma_validation_curve.csv``)."""
     import pandas as pd
 
-    from vsr.atomic import write_frame_csv
+    from vsr_util.atomic import write_frame_csv
 
     cal = summary["calibration"]
     t, curves = with_calibrated(table, cal["seed"], folds=cal["folds"], bins=cal["bins"], prior=cal["prior"])

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     from llm_harness.tasks import get_task
-    from vsr.atomic import atomic_path
+    from vsr_util.atomic import atomic_path
 
     params = json.loads(a.params)
     task = get_task(a.task, **params)

@@ -10,13 +10,13 @@ import pytest
 from benchmarks.suite_cost import main, record_timings
 from llm_harness.compare.sizing import COST, job_seconds
 
-FIGURES = Path(__file__).resolve().parents[2] / "figures"
+RECORDS = Path(__file__).resolve().parents[2] / "records"  # the records store
 
 
 def test_cost_model_predicts_every_recorded_arm_within_a_third():
     """Each arm's predicted wall time lies within [0.75, 1.35] of the median measured one, and the model errs on the
     safe side overall (median ratio 1.0-1.3): the suites' 2-hour sizing rests on it."""
-    rows = record_timings(FIGURES)
+    rows = record_timings(RECORDS)
     assert {r["suite"].split("_")[1] for r in rows} == {"replay", "extra"} and len(rows) >= 20
     ratios = sorted(r["predicted_s"] / r["wall_s"] for r in rows)
     off = [(r["suite"], r["arm"], round(r["predicted_s"] / r["wall_s"], 2)) for r in rows if not 0.75 <= r["predicted_s"] / r["wall_s"] <= 1.35]
@@ -39,7 +39,7 @@ def test_record_timings_reads_a_record_and_skips_failed_and_foreign_runs(tmp_pat
     cfg = {"validation": {"n_problems": 2, "k": 4}, "algo": {}, "plugins": {}}
 
     def record(suite, arm, rc=0, fingerprint="f0"):
-        d = tmp_path / f"compare_{suite}" / "records" / "reg" / arm / "seed0"
+        d = tmp_path / f"compare_{suite}" / "reg" / arm / "seed0"  # the store's layout
         d.mkdir(parents=True)
         (d / "done.json").write_text(json.dumps({"rc": rc, "wall_s": 10.0, "config": cfg, "fingerprint": fingerprint}))
         import gzip
@@ -55,6 +55,6 @@ def test_record_timings_reads_a_record_and_skips_failed_and_foreign_runs(tmp_pat
     assert [(r["suite"], r["arm"], r["runs"]) for r in rows] == [("compare_replay_ratio", "grpo", 1)]
     assert rows[0]["step_s"] == 2.0 and rows[0]["eval_seq_ms"] == pytest.approx(100.0)
     assert rows[0]["predicted_s"] == pytest.approx(job_seconds(cfg, 3, 1))
-    assert main(["--figures", str(tmp_path)]) == 0 and "model / measured wall" in capsys.readouterr().out
+    assert main(["--records", str(tmp_path)]) == 0 and "model / measured wall" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no evidence-suite records"):
-        main(["--figures", str(tmp_path / "none")])
+        main(["--records", str(tmp_path / "none")])

@@ -11,7 +11,7 @@ import pytest
 
 from llm_harness.trainer.config import LIMITS, RolloutConfig, TrainConfig
 from vsr.cli import main
-from vsr.config_io import from_dict, load_config
+from vsr_util.config_io import from_dict, load_config
 
 TINY = {"steps": 3, "model": {"random_init": True, "hidden_size": 16, "num_layers": 1, "num_heads": 2, "max_context": 64},
         "task": {"name": "step_arith", "params": {"n_train": 50, "n_validation": 8, "n_test": 8}},

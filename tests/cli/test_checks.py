@@ -1,4 +1,4 @@
-"""The one number checker (vsr.checks.check_number): types, finiteness, open and closed bounds, messages."""
+"""The one number checker (vsr_util.checks.check_number): types, finiteness, open and closed bounds, messages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ def test_a_scalar_section_is_refused_with_one_line_and_exit_2(tmp_path):
 def test_nested_errors_carry_the_dotted_path(tmp_path):
     (tmp_path / "c.yaml").write_text("optim:\n  lr: -1\n")
     with pytest.raises(ValueError, match=r"c\.yaml\.optim\.lr: must be > 0"):
-        from vsr.config_io import load_config
+        from vsr_util.config_io import load_config
 
         load_config(TrainConfig, tmp_path / "c.yaml")
 

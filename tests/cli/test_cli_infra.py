@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vsr import atomic
+from vsr_util import atomic
 from vsr.cli import COMMANDS, _config_type, _resolve, main
-from vsr.config_io import from_dict, load_config, save_config, to_dict
+from vsr_util.config_io import from_dict, load_config, save_config, to_dict
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def test_figures_driver_quick(tmp_path, capsys, monkeypatch):
 
 def test_config_extends_deep_merges_and_refuses_cycles(tmp_path):
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import load_config, read_mapping
+    from vsr_util.config_io import load_config, read_mapping
 
     (tmp_path / "base.yaml").write_text("seed: 3\nrollout: {group_size: 4, max_new_tokens: 32}\nplugins: {vsr: {rho: 0.5}}\n")
     (tmp_path / "mid.yaml").write_text("extends: base.yaml\nrollout: {group_size: 6}\nplugins: {vsr: {window: 2}}\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 
 def test_register_lookup_and_order():

@@ -47,7 +47,7 @@ def _compare(**kw):
 
 
 def _lab(**kw):
-    from llm_harness.lab.run import LabConfig
+    from llm_harness.lab.config import LabConfig
 
     return lambda: LabConfig(**kw)
 
@@ -108,7 +108,7 @@ def test_eval_k_is_bounded(k):
 def test_thread_counts_are_bounded_by_a_fixed_limit_in_every_command():
     """A fixed 1,024 (not a multiple of this machine's cores): a run's config must validate the same where it resumes.
     Only the configs are built here; 100,000 threads would take the machine down if the bound were missing."""
-    from llm_harness.model_card import CardConfig
+    from prefixvalue.model_card import CardConfig
     from llm_harness.trainer.config import RunConfig
 
     assert LIMITS["num_threads"] == 1024
@@ -197,7 +197,7 @@ def test_a_study_with_a_model_that_names_nothing_says_what_it_could_be(tmp_path,
 
 
 def test_model_card_names_the_test_bed_and_registered_models(tmp_path):
-    from llm_harness.model_card import CardConfig, run_card
+    from prefixvalue.model_card import CardConfig, run_card
 
     with pytest.raises(ValueError, match=r"'hihg' is neither .*\(low, mid, high\).*smollm2-135m-instruct.*did you mean 'high'"):
         run_card(CardConfig(model="hihg", out=str(tmp_path / "card"), progress=False))
@@ -234,7 +234,7 @@ def _flip(path: Path) -> None:
 
 def test_a_damaged_imported_folder_is_refused_by_the_studies_the_backend_and_the_test_bed_loader(imported_mid, tmp_path):
     from llm_harness.backends import HFBackend
-    from llm_harness.model_card import resolve_model as card_model
+    from prefixvalue.model_card import resolve_model as card_model
     from llm_harness.testbed.model import load_testbed
     from prefixvalue.engine import resolve_model
 
@@ -264,7 +264,7 @@ def test_a_model_path_that_is_a_file_or_lacks_config_json_is_named(tmp_path):
 
 # ---------------------------------------------------------------------------- vsr model card: default output
 def test_model_card_writes_to_a_run_folder_by_default():
-    from llm_harness.model_card import CardConfig
+    from prefixvalue.model_card import CardConfig
 
     assert CardConfig().out == str(Path("runs") / "model_card" / "smollm2-135m-instruct")
     assert CardConfig(model="/some/where/my-model/").out == str(Path("runs") / "model_card" / "my-model")

@@ -15,8 +15,8 @@ import pytest
 
 from llm_harness.trainer.config import TrainConfig
 from vsr.cli import main
-from vsr.config_io import MAX_CONFIG_BYTES, MAX_CONFIG_NODES, load_config, read_mapping
-from vsr.runlock import LOCK_NAME, FolderLock, holder_of, locked_folder
+from vsr_util.config_io import MAX_CONFIG_BYTES, MAX_CONFIG_NODES, load_config, read_mapping
+from vsr_util.runlock import LOCK_NAME, FolderLock, holder_of, locked_folder
 
 TINY_YAML = """steps: 1
 model: {random_init: true, hidden_size: 16, num_layers: 1, num_heads: 2, max_context: 64}
@@ -220,7 +220,7 @@ def test_config_that_is_a_fifo_is_refused_without_blocking(tmp_path):
 
 def test_json_files_are_read_with_their_size_bounded_and_a_fifo_refused(tmp_path):
     """The toolkit's JSON files (manifests, pools, records, summaries) go through one bounded reader."""
-    from vsr.atomic import read_json
+    from vsr_util.atomic import read_json
 
     good = tmp_path / "a.json"
     good.write_text('{"x": 1}')

@@ -15,7 +15,7 @@ import llm_harness.trainer.checkpoint as ck
 import llm_harness.trainer.runlog as runlog
 from llm_harness.trainer.checkpoint import save_checkpoint
 from trainer_support import tiny_config
-from vsr.atomic import write_text
+from vsr_util.atomic import write_text
 from vsr.cli import error_message, interrupted_message, main
 
 TINY_YAML = """steps: {steps}

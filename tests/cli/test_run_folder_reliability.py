@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vsr.runlock import LOCK_NAME, FolderBusyError, FolderLock, holder_of, locked_folder
+from vsr_util.runlock import LOCK_NAME, FolderBusyError, FolderLock, holder_of, locked_folder
 
 TINY_YAML = """steps: {steps}
 model: {{random_init: true, hidden_size: 16, num_layers: 1, num_heads: 2, max_context: 64}}
@@ -117,7 +117,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 def test_a_lock_held_by_a_killed_process_is_free(tmp_path):
     d = tmp_path / "run"
-    code = f"from vsr.runlock import FolderLock; lock = FolderLock({str(d)!r}).acquire(); print('held', flush=True); import time; time.sleep(60)"
+    code = f"from vsr_util.runlock import FolderLock; lock = FolderLock({str(d)!r}).acquire(); print('held', flush=True); import time; time.sleep(60)"
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=ENV)
     try:
         assert p.stdout.readline().strip() == "held"

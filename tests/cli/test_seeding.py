@@ -1,4 +1,4 @@
-"""The one seed derivation (vsr.seeding): the trainer's int-only values, a collision-free string encoding."""
+"""The one seed derivation (vsr_util.seeding): the trainer's int-only values, a collision-free string encoding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vsr.seeding import derive_seed, seed_text
+from vsr_util.seeding import derive_seed, seed_text
 
 
 def _trainer_reference(*parts: int) -> int:

@@ -150,7 +150,8 @@ def test_bad_task_params_are_refused_naming_the_item(capsys):
 
 
 def test_the_lab_applies_its_task_and_params_to_the_training_config(tmp_path):
-    from llm_harness.lab.run import LabConfig, _train_cfg
+    from llm_harness.lab.config import LabConfig
+    from llm_harness.lab.run import _train_cfg
 
     base = _train_cfg(LabConfig(train_config="configs/testbed_grpo.yaml", out=str(tmp_path)))
     t = _train_cfg(LabConfig(train_config="configs/testbed_grpo.yaml", out=str(tmp_path), task_params=("n_train=61",)))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gridworld import exact
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

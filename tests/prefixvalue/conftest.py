@@ -25,3 +25,5 @@ def testbed():
     path = str(shipped_checkpoint("mid"))
     backend = HFBackend.from_pretrained(path, config=HFBackendConfig(model=path, device="cpu", max_batch_sequences=512))
     return backend, backend.tokenizer
+
+from tiny_models import tiny_chat_folder  # noqa: E402,F401  (the model card test's fixture: tests/tiny_models.py)

@@ -213,7 +213,7 @@ def test_reanalyze_rewrites_the_summary_from_the_stored_table_without_sampling(t
 
     from prefixvalue.config import identity_dict
     from prefixvalue.runner import resolved_config, run_study
-    from vsr.config_io import save_config
+    from vsr_util.config_io import save_config
 
     monkeypatch.setattr(sigma_validation, "BOOTSTRAP_RESAMPLES", 20)
     cfg = resolved_config("sigma-validation", sigma_validation.SigmaValidationConfig(quick=True, out=str(tmp_path)))

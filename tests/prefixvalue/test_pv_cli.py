@@ -35,21 +35,22 @@ def test_argparse_rejects_unknown_studies_and_bad_values():
         cli.parse_config(["hint-ratio", "--backend", "tgi"])
 
 
-def test_each_cli_function_takes_its_study_config():
-    from vsr.cli import _config_type
+def test_each_study_command_takes_its_study_config():
+    from vsr.cli import COMMANDS, _config_type, _resolve
 
-    for fn, cls in ((cli.hint_ratio, "HintRatioConfig"), (cli.failed_prefix, "FailedPrefixConfig"),
-                    (cli.sigma_validation, "SigmaValidationConfig"), (cli.mte_correlation, "MTECorrelationConfig"),
-                    (cli.prefix_selection, "PrefixSelectionConfig")):
-        assert _config_type(fn).__name__ == cls
+    for name, cls in (("hint-ratio", "HintRatioConfig"), ("failed-prefix", "FailedPrefixConfig"),
+                      ("sigma-validation", "SigmaValidationConfig"), ("mte-correlation", "MTECorrelationConfig"),
+                      ("prefix-selection", "PrefixSelectionConfig")):
+        assert _config_type(_resolve(COMMANDS[f"study {name}"])).__name__ == cls
 
 
 def test_tyro_parses_every_study_config():
     tyro = pytest.importorskip("tyro")
-    from vsr.cli import _config_type
+    from vsr.cli import COMMANDS, _config_type, _resolve
 
-    for fn in (cli.hint_ratio, cli.failed_prefix, cli.sigma_validation, cli.mte_correlation, cli.prefix_selection):
-        cfg = tyro.cli(_config_type(fn), args=["--quick", "--model", "low", "--out", "/tmp/y", "--task-params", "seed=1"])
+    for name in ("hint-ratio", "failed-prefix", "sigma-validation", "mte-correlation", "prefix-selection"):
+        cfg = tyro.cli(_config_type(_resolve(COMMANDS[f"study {name}"])),
+                       args=["--quick", "--model", "low", "--out", "/tmp/y", "--task-params", "seed=1"])
         assert cfg.quick and cfg.model == "low" and cfg.task_params == ("seed=1",)
 
 

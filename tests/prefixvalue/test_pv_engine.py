@@ -17,7 +17,7 @@ from prefixvalue.engine import (
     check_tokenizer_covers,
     select_problems,
 )
-from vsr.seeding import derive_seed
+from vsr_util.seeding import derive_seed
 
 
 def _ctx(backend, **cfg):

@@ -12,7 +12,7 @@ from prefixvalue import registry
 from prefixvalue.figures import TINY
 from prefixvalue.registry import get_study, study_names
 from prefixvalue.runner import NoEligibleProblemsError, resolved_config, run_study
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 FIGURE = {"hint-ratio": "hint_ratio", "failed-prefix": "failed_prefix", "sigma-validation": "sigma_validation",
           "mte-correlation": "mte_correlation", "prefix-selection": "prefix_selection"}
@@ -83,7 +83,9 @@ def tiny(name: str, out, **kw):
 
 
 def test_registry_lists_the_five_studies_and_rejects_duplicates():
-    assert study_names() == ("hint-ratio", "failed-prefix", "sigma-validation", "mte-correlation", "prefix-selection")
+    assert study_names() == ("failed-prefix", "hint-ratio", "mte-correlation", "prefix-selection", "sigma-validation")
+    for name in study_names():  # one place: the module's file name is the study's name
+        assert get_study(name).name == name == registry.study_name(get_study(name).collect.__module__)
     with pytest.raises(ValueError, match="already registered"):
         registry.register_study(get_study("hint-ratio"))
     with pytest.raises(ValueError, match="unknown study 'nope'"):

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Literal, Sequence
 
 import numpy as np
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 #: Relative tolerance for identities and inequalities: 4 * sqrt(machine epsilon) ~ 6e-8.
 RTOL = 4.0 * float(np.sqrt(np.finfo(np.float64).eps))

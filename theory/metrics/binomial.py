@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vsr.checks import check_number
+from vsr_util.checks import check_number
 
 __all__ = [
     "beta_interval",

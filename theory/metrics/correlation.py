@@ -33,7 +33,7 @@ import numpy as np
 from scipy import special, stats
 
 from theory._validate import as_array, check_probability
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = [
     "SPEARMAN_FISHER_VARIANCE",

@@ -34,7 +34,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from theory._validate import as_array, check_positive_scalar
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = [
     "BLEU_SMOOTHINGS",

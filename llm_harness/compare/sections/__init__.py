@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vsr.registry import Registry
+from vsr_util.registry import Registry
 
 __all__ = ["SECTIONS", "load_sections", "register_section"]
 

@@ -16,7 +16,7 @@ from llm_harness.compare.sections import register_section
 from llm_harness.compare.stats import finite, seed_interval, table_rows
 from llm_harness.compare.suite import TableSpec
 from theory.metrics.paired import holm, paired_contrast, paired_power, seeds_for_power
-from vsr.atomic import read_json, save_figure
+from vsr_util.atomic import read_json, save_figure
 
 __all__ = ["ablation_rows", "aes_seed", "tables_section"]
 

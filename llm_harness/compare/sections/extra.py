@@ -17,7 +17,7 @@ from llm_harness.compare.sections.common import tables_section
 from llm_harness.compare.stats import finite, seed_interval
 from llm_harness.compare.suites_evidence import EXTRA_TABLES
 from theory.metrics.paired import paired_contrast
-from vsr.atomic import save_figure
+from vsr_util.atomic import save_figure
 
 @register_section("extra_tables")
 def extra_tables_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite: Any, out: Path) -> list[str]:

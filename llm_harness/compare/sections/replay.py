@@ -15,7 +15,7 @@ from llm_harness.compare.sections import register_section
 from llm_harness.compare.sections.common import aes_seed, tables_section
 from llm_harness.compare.stats import finite, seed_interval
 from llm_harness.compare.suites_evidence import REPLAY_AES_CONFIGS, REPLAY_TABLES
-from vsr.atomic import save_figure
+from vsr_util.atomic import save_figure
 
 class _ClipCols:
     """Replay Table 2's clip-fraction columns: mean over updates of the fresh and replayed-token clip fractions."""

@@ -28,7 +28,7 @@ from llm_harness.compare.runs import mean_of, mixed_key, read_rows
 from llm_harness.compare.sections import register_section
 from llm_harness.compare.stats import seed_interval
 from llm_harness.methods.vsr import CURRICULUM_BINS
-from vsr.atomic import save_figure
+from vsr_util.atomic import save_figure
 
 __all__ = ["curriculum_data", "replayed_mixed_shares"]
 

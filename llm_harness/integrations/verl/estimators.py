@@ -40,7 +40,7 @@ import torch
 
 from llm_harness.integrations.verl.batch import group_rows, outcome_scores, scatter
 from llm_harness.trainer.advantages import ADVANTAGE_ESTIMATORS, DEFAULT_DDOF, GRPO_EPS, group_advantages
-from vsr.config_io import from_dict
+from vsr_util.config_io import from_dict
 
 __all__ = ["ESTIMATORS", "ExtraParams", "GroupParams", "NoveltyMemory", "register_all", "verl_name", "vsr_params"]
 

@@ -156,7 +156,7 @@ class VSRSyncTrainer(PPOTrainerSync):
         import ray
 
         from llm_harness.integrations.verl.prefix_buffer import ACTOR_NAME
-        from vsr.atomic import json_safe, write_json
+        from vsr_util.atomic import json_safe, write_json
 
         tq = trainer_base.tq
         try:

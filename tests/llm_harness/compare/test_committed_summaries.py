@@ -44,15 +44,18 @@ def test_summary_has_the_contract_fields(path):
         assert all(m["delta_vs_grpo"] == 0.0 for m in d["methods"] if m["name"] == ref)
 
 
-RECORDED = sorted(p.parent for p in (ROOT / "figures").glob("compare_*/records") if (p.parent / "summary.json").is_file())
+#: the report folders whose runs' records are in the store (``records/compare_<suite>``)
+RECORDED = sorted(ROOT / "figures" / p.name for p in (ROOT / "records").glob("compare_*")
+                  if (ROOT / "figures" / p.name / "summary.json").is_file())
 
 
 @pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
 def test_committed_records_rebuild_the_committed_summary(folder, tmp_path, monkeypatch):
-    """A suite folder with run records: ``--report-only`` from those records alone (with the records of the suites
-    it shares runs with, which its manifest's pointers lead into, and the prompt pool they were trained on, if any;
-    another folder, no run directories) reproduces the committed summary's numbers, i.e. the records are the committed result's runs
-    and still match the suite's current configs."""
+    """A suite folder with run records in the store: ``--report-only`` from those records alone (with the records of
+    the suites it shares runs with, which its manifest's pointers lead into, and the prompt pool they were trained on,
+    if any; another checkout's layout, ``figures/`` and ``records/`` side by side, no run directories) reproduces the
+    committed summary's numbers, i.e. the records are the committed result's runs and still match the suite's current
+    configs."""
     import shutil
 
     from llm_harness.compare.jobs import CompareConfig
@@ -61,11 +64,12 @@ def test_committed_records_rebuild_the_committed_summary(folder, tmp_path, monke
 
     monkeypatch.chdir(ROOT)  # the suites' config paths are relative to the repository
     committed = json.loads((folder / "summary.json").read_text())
-    out = tmp_path / folder.name
-    shutil.copytree(folder / "records", out / "records")
+    out = tmp_path / "figures" / folder.name
+    out.mkdir(parents=True)
+    shutil.copytree(ROOT / "records" / folder.name, tmp_path / "records" / folder.name)
     for sib in SUITES[committed["suite"]].shares_records_with:  # its manifest's pointers lead into theirs
-        if (folder.parent / f"compare_{sib}" / "records").is_dir():
-            shutil.copytree(folder.parent / f"compare_{sib}" / "records", tmp_path / f"compare_{sib}" / "records")
+        if (ROOT / "records" / f"compare_{sib}").is_dir():
+            shutil.copytree(ROOT / "records" / f"compare_{sib}", tmp_path / "records" / f"compare_{sib}")
     if (folder / "pool.json").is_file():  # a pool-trained suite: its records were trained on this pool
         shutil.copy(folder / "pool.json", out / "pool.json")
     regimes = tuple(sorted({m["regime"] for m in committed["methods"]}))

@@ -17,7 +17,7 @@ from llm_harness.compare.runner import run
 from llm_harness.compare.suite import SUITES
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
-from vsr.config_io import from_dict
+from vsr_util.config_io import from_dict
 
 
 def test_plan_covers_every_regime_method_seed_and_builds_valid_configs(tmp_path):
@@ -186,7 +186,7 @@ def test_quick_vsr_regime_selects_its_pool_trains_and_reports_the_curriculum(tmp
     text = (tmp_path / "report.md").read_text()
     assert "## Prompt pool" in text and "## The reverse curriculum on a language model" in text
     assert (tmp_path / "curriculum_sparse.png").is_file() and (tmp_path / "pool.json").is_file()
-    from vsr.config_io import read_mapping
+    from vsr_util.config_io import read_mapping
 
     for j in plan_jobs(cfg):
         if j.method != "base":
@@ -270,7 +270,7 @@ def test_assumptions_section_names_the_first_broken_link(tmp_path):
 def test_a_finished_run_stays_done_when_a_field_is_added_at_its_default_but_not_when_a_value_changes(tmp_path):
     from llm_harness.compare.jobs import compatible
     from llm_harness.compare.jobs import is_done as _done
-    from vsr.config_io import to_dict
+    from vsr_util.config_io import to_dict
 
     job = next(j for j in plan_jobs(CompareConfig(out=tmp_path, seeds=1, steps=2)) if j.method == "grpo")
     cur = job.resolved()
@@ -344,8 +344,9 @@ def test_a_part_run_with_regimes_keeps_the_other_regimes_in_the_report(tmp_path)
 
 
 def test_records_rebuild_the_report_after_the_run_folders_are_gone(tmp_path, capsys):
-    """Every finished run leaves a record (done.json + gzipped metrics) in the report folder; on a machine
-    without the run folders (a fresh clone), ``run`` restores them and the report is the same."""
+    """Every finished run leaves a record (done.json + gzipped metrics) in its records folder (``OUT/records`` for a
+    report folder outside ``figures/``); on a machine without the run folders (a fresh clone), ``run`` restores them
+    and the report is the same."""
     import shutil
 
     cfg = CompareConfig(out=tmp_path, seeds=2, steps=4, methods=("grpo", "vsr"), regimes=("normal",), report_only=True)
@@ -377,32 +378,35 @@ def test_records_rebuild_the_report_after_the_run_folders_are_gone(tmp_path, cap
 
 def test_a_record_of_another_config_is_not_restored_and_an_unfinished_run_is_replaced(tmp_path):
     from llm_harness.compare.jobs import is_done as _done
-    from llm_harness.compare.records import restore_record, save_record
+    from llm_harness.compare.records import records_root, restore_record, save_record
 
     cfg = CompareConfig(out=tmp_path, seeds=1, steps=4, methods=("grpo",), regimes=("normal",))
     job = next(j for j in plan_jobs(cfg) if j.method == "grpo")
     _fake_run(job, 0.5, 100.0)
-    save_record(job, cfg.records_root)
+    save_record(job, records_root(cfg))
     import shutil
 
     shutil.rmtree(job.run_dir)
     Path(job.run_dir).mkdir(parents=True)
     (Path(job.run_dir) / "checkpoint_partial").write_text("an interrupted run")
-    assert restore_record(job, cfg.records_root) and _done(job)
+    assert restore_record(job, records_root(cfg)) and _done(job)
     assert not (Path(job.run_dir) / "checkpoint_partial").exists()
-    assert not restore_record(job, cfg.records_root)  # already finished: nothing to do
+    assert not restore_record(job, records_root(cfg))  # already finished: nothing to do
     other = next(j for j in plan_jobs(CompareConfig(out=tmp_path, seeds=1, steps=5, methods=("grpo",), regimes=("normal",)))
                  if j.method == "grpo")  # 5 steps: another config at the same path
-    assert not _done(other) and not restore_record(other, cfg.records_root)
+    assert not _done(other) and not restore_record(other, records_root(cfg))
     assert json.loads((Path(job.run_dir) / "done.json").read_text())["fingerprint"] == job.fingerprint
 
 
 def test_suites_that_share_arms_restore_each_others_records(tmp_path, capsys):
     """extra_signal's GRPO, ExTra (full) and base runs are extra_gamma's (same resolved config, same pool): they are
     restored from the sibling's records, its kept pool is reused, and extra_signal's own manifest points at the
-    sibling's records instead of keeping a copy."""
+    sibling's records instead of keeping a copy. The layout of the committed suites: report folders in ``figures/``,
+    their records in the store beside it, ``records/compare_<suite>``."""
+    from llm_harness.compare.records import read_manifest, records_root, shared_records_roots
+
     committed_pool = Path(__file__).resolve().parents[3] / "figures" / "compare_extra" / "pool.json"
-    gamma = CompareConfig(suite="extra_gamma", out=tmp_path / "compare_extra_gamma", seeds=1, steps=2,
+    gamma = CompareConfig(suite="extra_gamma", out=tmp_path / "figures" / "compare_extra_gamma", seeds=1, steps=2,
                           eval_k=8, methods=("grpo", "extra_full"), report_only=True)
     gamma.pool_path.parent.mkdir(parents=True)
     gamma.pool_path.write_bytes(committed_pool.read_bytes())
@@ -411,35 +415,37 @@ def test_suites_that_share_arms_restore_each_others_records(tmp_path, capsys):
     for j in shared:
         _fake_run(j, 0.3, 10.0)
     assert run(gamma) == 0
-    signal = CompareConfig(suite="extra_signal", out=tmp_path / "compare_extra_signal", seeds=1, steps=2, eval_k=8,
-                           report_only=True)
-    assert signal.shared_records_roots[0].parent.name == "compare_extra"  # absent here: skipped
+    assert records_root(gamma) == tmp_path / "records" / "compare_extra_gamma"
+    signal = CompareConfig(suite="extra_signal", out=tmp_path / "figures" / "compare_extra_signal", seeds=1, steps=2,
+                           eval_k=8, report_only=True)
+    assert shared_records_roots(signal)[0] == tmp_path / "records" / "compare_extra"  # absent here: skipped
     capsys.readouterr()
     assert run(signal) == 0
     out = capsys.readouterr().out
-    assert f"3 finished run(s) restored from {gamma.records_root}" in out
+    assert f"3 finished run(s) restored from {records_root(gamma)}" in out
     assert signal.pool_path.read_bytes() == committed_pool.read_bytes()
     by = {j.method: j for j in plan_jobs(signal)}
     assert {m for m, j in by.items() if (Path(j.run_dir) / "done.json").is_file()} == {"base", "grpo", "extra_full"}
-    from llm_harness.compare.records import read_manifest
-
-    assert not (signal.records_root / "recurring").exists()  # no copy: pointers
-    entry = read_manifest(signal.records_root)["recurring/grpo/seed0"]
-    assert entry == {"in": "../../compare_extra_gamma/records",
-                     **read_manifest(gamma.records_root)["recurring/grpo/seed0"]}
+    assert not (records_root(signal) / "recurring").exists()  # no copy: pointers
+    entry = read_manifest(records_root(signal))["recurring/grpo/seed0"]
+    assert entry == {"in": "../compare_extra_gamma", **read_manifest(records_root(gamma))["recurring/grpo/seed0"]}
+    assert not list((tmp_path / "figures").rglob("manifest.json"))  # figures/ holds reports only
     # another config (3 steps) matches no sibling record: nothing is restored, so there is nothing to report
     capsys.readouterr()
     with pytest.raises(ValueError, match="nothing to report"):
-        run(CompareConfig(suite="extra_signal", out=tmp_path / "compare_extra_signal", seeds=1, steps=3, eval_k=8,
-                          report_only=True))
+        run(CompareConfig(suite="extra_signal", out=tmp_path / "figures" / "compare_extra_signal", seeds=1, steps=3,
+                          eval_k=8, report_only=True))
     assert "restored" not in capsys.readouterr().out
 
 
 def test_quick_runs_never_share_a_folder_with_the_suite(tmp_path):
+    from llm_harness.compare.records import records_root
+
     full, quick = CompareConfig(suite="agents"), CompareConfig(suite="agents", quick=True)
     assert full.report_dir == Path("figures/compare_agents") and full.runs_root == Path("runs/compare_agents/runs")
     assert quick.report_dir == Path("runs/compare_agents_quick") and quick.runs_root == Path("runs/compare_agents_quick/runs")
-    assert full.records_root == Path("figures/compare_agents/records")
+    assert records_root(full) == Path("records/compare_agents")  # the store, beside figures/
+    assert records_root(quick) == Path("runs/compare_agents_quick/records")
 
 
 def test_without_records_nothing_is_kept_or_restored(tmp_path, capsys):
@@ -454,7 +460,7 @@ def test_without_records_nothing_is_kept_or_restored(tmp_path, capsys):
 def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     """A suite on a prompt pool: the fingerprint hashes the pool's bytes, so restoring records on a fresh clone
     needs the pool the report was made on (``pool.json`` beside it); it is copied back unless records are off."""
-    from llm_harness.compare.records import restore_record, save_record
+    from llm_harness.compare.records import records_root, restore_record, save_record
 
     cfg = CompareConfig(suite="vsr_regime", out=tmp_path, seeds=1, steps=2, methods=("grpo",), report_only=True)
     cfg.pool_path.parent.mkdir(parents=True)
@@ -462,7 +468,7 @@ def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     cfg.pool_path.write_bytes(committed_pool.read_bytes())  # a real pool file: the report's pool section reads it
     job = next(j for j in plan_jobs(cfg) if j.method == "grpo")
     _fake_run(job, 0.3, 10.0)
-    save_record(job, cfg.records_root)
+    save_record(job, records_root(cfg))
     (tmp_path / "pool.json").write_bytes(cfg.pool_path.read_bytes())
     import shutil
 
@@ -472,7 +478,7 @@ def test_the_pool_kept_beside_a_report_is_put_back_for_its_records(tmp_path):
     assert not cfg.pool_path.exists()
     run(cfg)
     assert cfg.pool_path.read_bytes() == (tmp_path / "pool.json").read_bytes()
-    assert (Path(job.run_dir) / "done.json").is_file() and not restore_record(job, cfg.records_root)
+    assert (Path(job.run_dir) / "done.json").is_file() and not restore_record(job, records_root(cfg))
 
 
 def test_ablation_rows_pair_by_common_seeds_with_holm_per_regime():

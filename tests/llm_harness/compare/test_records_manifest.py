@@ -12,7 +12,7 @@ import pytest
 
 import llm_harness.compare.runner as runner
 from llm_harness.compare.jobs import CompareConfig, plan_jobs
-from llm_harness.compare.records import MANIFEST, RecordError, read_manifest, save_record
+from llm_harness.compare.records import MANIFEST, RecordError, read_manifest, records_root, save_record
 from llm_harness.compare.runner import run
 from vsr.cli import main
 
@@ -28,7 +28,7 @@ def _records(tmp_path: Path, report_only: bool = True) -> CompareConfig:
                         report_only=report_only)
     for job in plan_jobs(cfg):
         _fake_run(job, 0.5, 100.0)
-        save_record(job, cfg.records_root)
+        save_record(job, records_root(cfg))
     shutil.rmtree(cfg.runs_root)
     return cfg
 
@@ -63,7 +63,7 @@ def _damage(manifest: Path, how: str) -> str:
 def test_a_damaged_manifest_is_named_once_and_report_only_trains_nothing(tmp_path, monkeypatch, capsys, how):
     cfg = _records(tmp_path)
     _never_train(monkeypatch)
-    pattern = _damage(cfg.records_root / MANIFEST, how)
+    pattern = _damage(records_root(cfg) / MANIFEST, how)
     with pytest.raises(RecordError, match=pattern + r".*stopped before restoring, training or reporting anything"):
         run(cfg)
     assert "record not used" not in capsys.readouterr().out  # was one line per planned job (57 here)
@@ -72,23 +72,23 @@ def test_a_damaged_manifest_is_named_once_and_report_only_trains_nothing(tmp_pat
     out, err = capsys.readouterr()
     assert rc == 2 and "Traceback" not in err and "record not used" not in out
     assert [line for line in err.splitlines() if "error:" in line] == [
-        next(line for line in err.splitlines() if line.startswith(f"vsr compare: error: {cfg.records_root / MANIFEST}"))]
+        next(line for line in err.splitlines() if line.startswith(f"vsr compare: error: {records_root(cfg) / MANIFEST}"))]
 
 
 def test_a_damaged_manifest_is_refused_before_training_too(tmp_path, monkeypatch, capsys):
     """Training would end at the first finished job anyway: its record cannot be added to a manifest that does not read."""
     cfg = _records(tmp_path, report_only=False)
     _never_train(monkeypatch)
-    _damage(cfg.records_root / MANIFEST, "truncated")
+    _damage(records_root(cfg) / MANIFEST, "truncated")
     rc = main(["compare", "--out", str(tmp_path), *ARGS])
     out, err = capsys.readouterr()
-    assert rc == 2 and f"vsr compare: error: {cfg.records_root / MANIFEST}:" in err and "record not used" not in out
+    assert rc == 2 and f"vsr compare: error: {records_root(cfg) / MANIFEST}:" in err and "record not used" not in out
 
 
 def test_report_only_says_a_damaged_record_is_left_out_not_retrained(tmp_path, monkeypatch, capsys):
     cfg = _records(tmp_path)
     _never_train(monkeypatch)
-    done = cfg.records_root / "normal" / "vsr" / "seed0" / "done.json"
+    done = records_root(cfg) / "normal" / "vsr" / "seed0" / "done.json"
     done.write_text("{broken")
     assert run(cfg) == 0
     out = capsys.readouterr().out
@@ -101,14 +101,14 @@ def test_a_damaged_sibling_manifest_is_named_once_and_not_used(tmp_path, monkeyp
     sibling = tmp_path / "compare_b" / "records"
     sibling.mkdir(parents=True)
     (sibling / MANIFEST).write_text('{"format": 1, "records": {')
-    monkeypatch.setattr(CompareConfig, "shared_records_roots", property(lambda self: [sibling]))
+    monkeypatch.setattr(runner, "shared_records_roots", lambda cfg: [sibling])
     _never_train(monkeypatch)
     assert run(cfg) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if str(sibling / MANIFEST) in line]
     assert len(lines) == 1 and lines[0].startswith("vsr compare: a sibling suite's records are not used, their jobs are "
                                                    "left out of the report unless restored from another folder: ")
-    assert read_manifest(cfg.records_root)  # this suite's own records were restored and kept
+    assert read_manifest(records_root(cfg))  # this suite's own records were restored and kept
     with pytest.raises(RecordError, match=r"refusing \(--no-retrain\)"):
         run(CompareConfig(out=tmp_path / "compare_a", seeds=1, steps=3, methods=("grpo", "vsr"), regimes=("normal",),
                           report_only=True, retrain=False))

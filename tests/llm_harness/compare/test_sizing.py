@@ -11,18 +11,22 @@ from llm_harness.compare.suite import SUITES
 
 @pytest.mark.parametrize("suite", sorted(SUITES))
 def test_every_suite_can_be_sized(suite):
-    """A plug-in without a PLUGIN_COSTS entry is refused by job_seconds; no committed suite may configure one."""
+    """Every plug-in a committed suite configures is registered with its cost factor (job_seconds prices each)."""
     hours = sizing.estimated_hours(suite, workers=2)
     assert 0.0 < hours < 50.0
 
 
 def test_plugin_factors_follow_their_parameters():
     c = sizing.COST
-    vsr = sizing.PLUGIN_COSTS.lookup("vsr", "plug-in cost")
+    def vsr(params, c):
+        return sizing.plugin_cost("vsr", params, c)
+
     assert vsr({"score": "p1mp"}, c) == 1.0
     assert vsr({"score": "oracle", "oracle_candidates": 16, "oracle_samples": 8}, c) == pytest.approx(1.448)
     assert vsr({"score": "oracle", "oracle_candidates": 32, "oracle_samples": 8}, c) > vsr({"score": "oracle"}, c)
-    assert sizing.PLUGIN_COSTS.lookup("reinforce_ada_est", "plug-in cost")({}, c) == c["redraw_factor"]
+    assert sizing.plugin_cost("reinforce_ada_est", {}, c) == c["redraw_factor"]
+    assert sizing.plugin_cost("replay", {"ratio": 1.0}, c) == pytest.approx(1.0 + c["replay_row_share"])
+    assert sizing.plugin_cost("replay", {}, c) == pytest.approx(1.0 + c["replay_row_share"] * 0.5)
 
 
 def test_an_unknown_plugin_is_refused_not_priced_at_one():

@@ -14,7 +14,7 @@ from llm_harness.compare.jobs import CompareConfig, plan_jobs
 from llm_harness.compare.suite import SUITES
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
-from vsr.config_io import deep_merge, from_dict
+from vsr_util.config_io import deep_merge, from_dict
 
 
 def test_the_suite_is_registered_with_gigpo_as_reference(tmp_path):
@@ -37,7 +37,7 @@ def test_the_babyai_regime_is_the_babyai_config():
     """Every method of the ``babyai`` regime trains the BabyAI test-bed agent with exactly the task of
     ``configs/agent_babyai_oneroom_gigpo.yaml`` (level, budget, window of its card), Sokoban's recipe otherwise."""
     from llm_harness.compare.suites_agents import BABYAI_OVERRIDES
-    from vsr.config_io import load_config
+    from vsr_util.config_io import load_config
 
     cpu = load_config(TrainConfig, Path(__file__).resolve().parents[3] / "configs" / "agent_babyai_oneroom_gigpo.yaml")
     jobs = [j for j in plan_jobs(CompareConfig(suite="agents", out=Path("/tmp/unused"), seeds=1, steps=4, regimes=("babyai",)))]

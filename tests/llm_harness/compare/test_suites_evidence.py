@@ -24,7 +24,7 @@ from llm_harness.methods.extra import parse_extra_params
 from llm_harness.methods.replay import ReplayConfig
 from llm_harness.trainer.config import TrainConfig
 from llm_harness.trainer.loop import check_registries
-from vsr.config_io import from_dict
+from vsr_util.config_io import from_dict
 
 REPLAY_SUITES = ("replay", "replay_tau", "replay_priority", "replay_ratio", "replay_aes")
 EXTRA_SUITES = ("extra", "extra_gamma", "extra_signal", "extra_main")

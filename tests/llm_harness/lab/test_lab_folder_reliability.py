@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_harness.lab.run import LabConfig, run_lab
+from llm_harness.lab.config import LabConfig
+from llm_harness.lab.run import run_lab
 
 ROOT = Path(__file__).resolve().parents[3]
 POOL = ROOT / "figures" / "compare_vsr_regime" / "pool.json"

@@ -11,7 +11,9 @@ import pytest
 
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, Proposal, allocation_names, register_allocation
 from llm_harness.lab.probe import ProbeResult, build_state_space
-from llm_harness.lab.run import LabConfig, predictions, run_lab
+from llm_harness.lab.config import LabConfig
+from llm_harness.lab.run import run_lab
+from llm_harness.lab.summary import predictions
 from vsr.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,7 +66,8 @@ def test_lab_runs_reports_and_resumes(tmp_path, monkeypatch):
     assert nr["predicted_b3"] is None or nr["predicted_b3"] > 0
     assert "## What each realised gain is made of" in report and "| `vsr_linear` |" in report.split("made of")[1]
     # --reanalyze rebuilds the same rows, plan and report from the stored records alone (no model)
-    from llm_harness.lab.run import LabConfig as _C, lab_command
+    from llm_harness.lab.config import LabConfig as _C
+    from llm_harness.lab.run import lab_command
 
     stripped = {**doc, "allocations": [{k: v for k, v in r.items() if k != "components"} for r in doc["allocations"]]}
     stripped.pop("plan")

@@ -84,7 +84,7 @@ def test_the_weights_use_the_samplers_log_probabilities(monkeypatch):
     monkeypatch.chdir(ROOT)
     from llm_harness.lab.engine import LabEngine
     from llm_harness.trainer.config import TrainConfig
-    from vsr.config_io import load_config
+    from vsr_util.config_io import load_config
 
     cfg = load_config(TrainConfig, ROOT / "configs" / "regime_grpo.yaml")
     engine = LabEngine(cfg)
@@ -103,7 +103,8 @@ def test_replay_refuses_nucleus_sampling(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     import yaml
 
-    from llm_harness.lab.run import LabConfig, run_lab
+    from llm_harness.lab.config import LabConfig
+    from llm_harness.lab.run import run_lab
 
     cfg_path = tmp_path / "nucleus.yaml"
     cfg_path.write_text(yaml.safe_dump({"extends": str(ROOT / "configs" / "regime_grpo.yaml"), "rollout": {"top_p": 0.9}}))
@@ -116,7 +117,8 @@ def test_replay_refuses_nucleus_sampling(tmp_path, monkeypatch):
 
 def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    from llm_harness.lab.run import LabConfig, run_lab
+    from llm_harness.lab.config import LabConfig
+    from llm_harness.lab.run import run_lab
 
     cfg = LabConfig(train_config=str(ROOT / "configs" / "regime_grpo.yaml"),
                     pool=str(ROOT / "figures" / "compare_vsr_regime" / "pool.json"), prompts=8, probe_samples=4,

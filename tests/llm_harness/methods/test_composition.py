@@ -12,7 +12,7 @@ from llm_harness.trainer.data import Origin
 from llm_harness.trainer.loop import check_registries
 from llm_harness.trainer.plugins import StepRecorder
 from trainer_support import check_resume_is_bit_identical, make_trainer
-from vsr.config_io import load_config
+from vsr_util.config_io import load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 

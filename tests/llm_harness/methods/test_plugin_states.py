@@ -8,27 +8,21 @@ from llm_harness.trainer.checkpoint import check_plain, latest_checkpoint, load_
 from llm_harness.trainer.plugins import PLUGINS, import_plugin_modules
 from trainer_support import ToyTask, assert_plain_equal, make_trainer
 
-#: every registered plug-in -> (params of a 3-step run, ToyTask's good first characters, a state key
-#: that must be non-empty after the run (None: the plug-in keeps no state))
-RUNS = {
-    "vsr": ({"cold_start": True, "cold_start_problems": 20}, "01234", "buffer"),
-    "replay": ({"warmup": 1}, "01234", "buffer"),
-    "extra": ({"warmup_steps": 0, "embedder": "ngram4"}, "0", "queue"),
-    "extra_novelty": ({"embedder": "ngram4"}, "01234", "memory"),
-    "extra_regen": ({"warmup_steps": 0}, "0", "prefix_cache"),
-    "reinforce_ada_est": ({"n_min": 2, "n_max": 8}, "01234", None),
-    "dapo": ({}, "01234", None),
-}
+import_plugin_modules()
 
 
-def test_every_registered_plugin_is_covered():
-    import_plugin_modules()
-    assert sorted(PLUGINS) == sorted(RUNS), "add the new plug-in to RUNS"
+def test_every_plugin_has_a_smoke_run():
+    """The runs below come from each plug-in's registration (``PluginSpec.smoke``), so a new plug-in is covered
+    without editing this file; a registration without one is refused by ``register_plugin`` itself."""
+    assert {"vsr", "replay", "extra", "extra_novelty", "extra_regen", "reinforce_ada_est", "dapo"} <= set(PLUGINS)
+    for name, spec in PLUGINS.items():
+        assert spec.name == name and spec.smoke.params is not None
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("name", sorted(PLUGINS))
 def test_plugin_state_is_plain_and_restores_exactly(tmp_path, name):
-    params, good, key = RUNS[name]
+    smoke = PLUGINS[name].smoke
+    params, good, key = dict(smoke.params), ("0" if smoke.hard else "01234"), smoke.state_key
 
     def make(d):
         return make_trainer(str(d), task=ToyTask(good=good), steps=3, plugins={name: params})
@@ -46,3 +40,20 @@ def test_plugin_state_is_plain_and_restores_exactly(tmp_path, name):
     other.plugins[0].load_state_dict(saved)
     assert_plain_equal(other.plugins[0].state_dict(), state)
     other.close()
+
+
+def test_a_plugin_name_is_registered_once_with_its_whole_spec():
+    from llm_harness.trainer.plugins import PluginSmoke, register_plugin, unit_cost
+
+    def factory(params, ctx):  # never called
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="'vsr' is already registered"):
+        register_plugin("vsr", config=None, cost=unit_cost, smoke=PluginSmoke())(factory)
+    with pytest.raises(TypeError, match="smoke"):
+        register_plugin("t_no_smoke", config=None, cost=unit_cost, smoke={"params": {}})(factory)
+    with pytest.raises(TypeError, match="cost"):
+        register_plugin("t_no_cost", config=None, cost=None, smoke=PluginSmoke())(factory)
+    with pytest.raises(TypeError):
+        register_plugin("t_bare")  # cost, config and smoke are required keywords
+    assert not {"t_no_smoke", "t_no_cost", "t_bare"} & set(PLUGINS)

@@ -45,7 +45,7 @@ def _samples(responses_by_problem):
 
 
 def test_the_chance_level_is_what_answers_score_against_other_problems():
-    from llm_harness.model_card import chance_levels
+    from prefixvalue.model_card import chance_levels
 
     # every sample answers its own problem by a declared answer: pass 1, chance 0 (answers all differ)
     s = _samples({f"p{i}": ("add", i, [f"The answer is {i}."] * 4) for i in range(6)})

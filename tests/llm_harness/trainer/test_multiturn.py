@@ -228,7 +228,7 @@ def test_validation_of_an_agent_is_success_over_the_fixed_seeds(tmp_path):
     rate over the first ``n_problems`` evaluation seeds, equal to ``evaluate_agent`` on them."""
     from llm_harness.trainer.config import ValidationConfig
     from llm_harness.trainer.multiturn import evaluate_agent
-    from vsr.seeding import derive_seed
+    from vsr_util.seeding import derive_seed
 
     tr = _trainer(tmp_path, steps=1, validation=ValidationConfig(every=1, n_problems=3, k=2))
     (row,) = tr.fit()

@@ -91,7 +91,7 @@ def test_a_run_on_a_pool_draws_only_pool_prompts_and_they_recur(tmp_path):
 
 def test_pool_select_command_writes_a_loadable_pool(tmp_path):
     from llm_harness.pool_selection import PoolSelectConfig, select_command
-    from vsr.config_io import save_config
+    from vsr_util.config_io import save_config
 
     cfg = tiny_config(str(tmp_path / "run"))
     save_config(cfg, tmp_path / "train.yaml")

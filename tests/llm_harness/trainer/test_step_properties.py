@@ -28,6 +28,8 @@ SHIPPED = {
     "replay": None,  # level / composition drawn below
     "dapo": {},
     "reinforce_ada_est": {"n_min": 2, "n_max": 8},
+    "prefix_sampling": {"controller": "adaptive"},
+    "pros": {"sweeps": 10},
 }
 REPLAY_VARIANTS = [
     {"warmup": 1, "level": "rollout", "composition": "fresh_anchored"},

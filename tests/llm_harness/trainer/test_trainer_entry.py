@@ -12,7 +12,7 @@ from llm_harness.trainer.config import EvalConfig, ModelConfig, TrainConfig
 from llm_harness.trainer.entry import evaluate, train
 from llm_harness.trainer.loop import check_registries
 from llm_harness.trainer.runlog import read_metrics
-from vsr.config_io import load_config, save_config
+from vsr_util.config_io import load_config, save_config
 
 _CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 CONFIGS = sorted(_CONFIG_DIR.glob("testbed_*.yaml")) + sorted(_CONFIG_DIR.glob("agent_*.yaml"))
@@ -93,7 +93,7 @@ class _FixedBackend:
 
 def test_evaluate_policy_metrics_on_scripted_samples():
     from llm_harness.tasks import get_task
-    from llm_harness.trainer.evaluation import evaluate_policy, format_eval_markdown
+    from llm_harness.trainer.evaluation import SamplingSession, evaluate_policy, format_eval_markdown
     from llm_harness.trainer.modeling import CharTokenizer, Codec
     from llm_harness.trainer.rollout import SafeVerifier
 
@@ -103,7 +103,7 @@ def test_evaluate_policy_metrics_on_scripted_samples():
     codec = Codec(CharTokenizer())
     be = _FixedBackend(codec, task, probs, pattern)
     ref = {"avg_at_k": 0.25, "length_mean": 20.0}
-    res = evaluate_policy(be, codec, task, SafeVerifier(task, 0), probs, k=4, temperature=1.0, reference=ref)
+    res = evaluate_policy(SamplingSession(be, codec, task, SafeVerifier(task, 0), temperature=1.0), probs, k=4, reference=ref)
     assert res["avg_at_k"] == pytest.approx(5 / 12)
     assert res["pass_at"][1] == pytest.approx(5 / 12)
     assert res["pass_at"][4] == pytest.approx(2 / 3)

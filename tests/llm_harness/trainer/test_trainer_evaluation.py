@@ -8,10 +8,10 @@ import pytest
 
 from llm_harness.backends import HFBackend, Sample
 from llm_harness.tasks import get_task
-from llm_harness.trainer.evaluation import completion_text, evaluate_policy, sample_and_verify
+from llm_harness.trainer.evaluation import SamplingSession, completion_text, evaluate_policy, sample_and_verify
 from llm_harness.trainer.modeling import CharTokenizer, Codec
 from llm_harness.trainer.rollout import SafeVerifier
-from vsr.seeding import derive_seed
+from vsr_util.seeding import derive_seed
 
 
 class _Scripted:
@@ -48,8 +48,8 @@ def setup():
 
 def test_chunks_seeds_grades_and_counts(setup):
     task, codec, probs, be = setup
-    ev = sample_and_verify(be, codec, task, SafeVerifier(task, 0), probs, k=3, temperature=1.0, seed=5,
-                           stream=("validation",), chunk_sequences=6)
+    ev = sample_and_verify(SamplingSession(be, codec, task, SafeVerifier(task, 0), chunk_sequences=6), probs, k=3,
+                           seed=5, stream=("validation",))
     assert be.seeds == [derive_seed(5, 0xE7A1, "validation", c) for c in range(4)]  # 2 problems per call
     want = np.zeros((7, 3), dtype=np.int64)
     for i in range(7):
@@ -62,10 +62,10 @@ def test_chunks_seeds_grades_and_counts(setup):
 
 def test_the_trainer_summary_and_the_test_bed_use_the_same_samples(setup):
     task, codec, probs, be = setup
-    res = evaluate_policy(be, codec, task, SafeVerifier(task, 0), probs, k=3, temperature=1.0, seed=2, chunk_sequences=6)
+    res = evaluate_policy(SamplingSession(be, codec, task, SafeVerifier(task, 0), chunk_sequences=6), probs, k=3, seed=2)
     trainer_seeds = list(be.seeds)
     assert trainer_seeds == [derive_seed(2, 0xE7A1, c) for c in range(4)]  # the trainer's streams, unchanged
-    ev = sample_and_verify(be, codec, task, task, probs, k=3, temperature=1.0, seed=2, chunk_sequences=6)
+    ev = sample_and_verify(SamplingSession(be, codec, task, task, chunk_sequences=6), probs, k=3, seed=2)
     assert res["avg_at_k"] == pytest.approx(ev.correct.mean())
 
 
@@ -83,8 +83,8 @@ def test_test_bed_sample_correct_is_the_shared_sampler(setup, monkeypatch):
     model = make_model(TestbedModelConfig(hidden_size=16, num_hidden_layers=1, intermediate_size=16), tok, seed=0)
     correct, counts = sample_correct(model, tok, task, probs, samples_per_problem=2, temperature=1.0, seed=4,
                                      split="validation", batch_sequences=4)
-    ref = sample_and_verify(be, hf_codec, task, task, probs, k=2, temperature=1.0, seed=4, stream=("validation",),
-                            chunk_sequences=4)
+    ref = sample_and_verify(SamplingSession(be, hf_codec, task, task, max_new_tokens=64, chunk_sequences=4), probs, k=2,
+                            seed=4, stream=("validation",))
     assert np.array_equal(correct, ref.correct) and correct.dtype == np.int8 and counts == ref.counts
 
 

@@ -338,7 +338,7 @@ def test_config_sections_validate():
         RolloutConfig(top_p=0)
     with pytest.raises(ValueError, match="algo.objective: unknown"):  # registry names: checked in one place
         check_registries(TrainConfig(algo=AlgoConfig(objective="dpo")))
-    from vsr.config_io import from_dict
+    from vsr_util.config_io import from_dict
 
     with pytest.raises(ValueError, match="unknown key"):
         from_dict(TrainConfig, {"algo": {"epsilon": 0.2}})

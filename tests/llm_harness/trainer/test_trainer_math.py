@@ -253,7 +253,7 @@ def test_chunk_shares_recombine_every_aggregation(rows, width, seed, agg):
 def test_an_aggregation_without_a_chunk_share_cannot_be_split(monkeypatch):
     from llm_harness.trainer import losses
     from llm_harness.trainer.losses import chunk_share, register_aggregation
-    from vsr.registry import Registry
+    from vsr_util.registry import Registry
 
     monkeypatch.setattr(losses, "AGGREGATIONS", Registry("aggregation", dict(losses.AGGREGATIONS)))
 

@@ -16,11 +16,11 @@ from llm_harness.embedders import NGramEmbedder
 from llm_harness.tasks import get_task
 from llm_harness.trainer.config import TrainConfig, ValidationConfig
 from llm_harness.trainer.eval_protocols import EVAL_PROTOCOLS, EvalProtocol, get_protocol
-from llm_harness.trainer.evaluation import evaluate_policy
+from llm_harness.trainer.evaluation import SamplingSession, evaluate_policy
 from llm_harness.trainer.modeling import CharTokenizer, Codec
 from llm_harness.trainer.rollout import SafeVerifier
 from theory.metrics import distinct_n, self_bleu
-from vsr.config_io import from_dict, to_dict
+from vsr_util.config_io import from_dict, to_dict
 
 # ----------------------------------------------------------------------------- protocols
 
@@ -152,8 +152,8 @@ def test_every_metric_on_fixed_samples_matches_an_independent_computation(fixed)
     task, probs, codec, texts, correct = fixed
     be = _Fixed(codec, task, probs, texts)
     emb = _FirstTokenEmbedder()
-    res = evaluate_policy(be, codec, task, SafeVerifier(task, 0), probs, k=4, temperature=0.7, top_p=0.9,
-                          embedder=emb, logdet_alpha=0.5)
+    res = evaluate_policy(SamplingSession(be, codec, task, SafeVerifier(task, 0), temperature=0.7, top_p=0.9), probs,
+                          k=4, embedder=emb, logdet_alpha=0.5)
     assert be.params and set(be.params) == {(0.7, 0.9)}
     # pass@j for every j = 1..k, from the binomial formula (not theory.metrics)
     assert sorted(res["pass_at"]) == [1, 2, 3, 4]
@@ -179,8 +179,8 @@ def test_every_metric_on_fixed_samples_matches_an_independent_computation(fixed)
 
 def test_default_logdet_embedder_is_the_token_4gram_counts(fixed):
     task, probs, codec, texts, _ = fixed
-    res = evaluate_policy(_Fixed(codec, task, probs, texts), codec, task, SafeVerifier(task, 0), probs, k=4,
-                          temperature=1.0)
+    res = evaluate_policy(SamplingSession(_Fixed(codec, task, probs, texts), codec, task, SafeVerifier(task, 0)),
+                          probs, k=4)
     from theory.metrics import logdet_diversity
 
     ng = NGramEmbedder(4, 2048)
@@ -189,21 +189,21 @@ def test_default_logdet_embedder_is_the_token_4gram_counts(fixed):
     assert res["logdet_embedder"] == "ngram4" and res["logdet"] == pytest.approx(want)
     # identical responses are the least diverse: log(1 + alpha * m) for a rank-one kernel
     same = [[row[0]] * 4 for row in texts]
-    r1 = evaluate_policy(_Fixed(codec, task, probs, same), codec, task, SafeVerifier(task, 0), probs, k=4,
-                         temperature=1.0)
+    r1 = evaluate_policy(SamplingSession(_Fixed(codec, task, probs, same), codec, task, SafeVerifier(task, 0)),
+                         probs, k=4)
     assert r1["logdet"] == pytest.approx(math.log(5.0)) and r1["logdet"] < res["logdet"]
     assert r1["self_bleu_4"] == pytest.approx(1.0) and r1["distinct_4"] < res["distinct_4"]
 
 
 def test_k1_has_no_pairwise_diversity(fixed):
     task, probs, codec, texts, _ = fixed
-    res = evaluate_policy(_Fixed(codec, task, probs, texts), codec, task, SafeVerifier(task, 0), probs, k=1,
-                          temperature=1.0)
+    res = evaluate_policy(SamplingSession(_Fixed(codec, task, probs, texts), codec, task, SafeVerifier(task, 0)),
+                          probs, k=1)
     assert res["self_bleu_4"] is None and res["logdet"] is None and list(res["pass_at"]) == [1]
 
 
 def test_validation_aes_is_replays_formula_on_validate_rows():
-    from llm_harness.trainer.evaluation import validation_aes
+    from llm_harness.trainer.evaluation import SamplingSession, validation_aes
 
     ref = {"val_length_mean": 40.0, "val_avg_at_8": 0.5}
     shorter_better = {"val_length_mean": 30.0, "val_avg_at_8": 0.6}
@@ -258,7 +258,7 @@ def test_validate_emits_every_metric_and_follows_the_protocol(tmp_path):
 
 def test_validate_values_are_evaluate_policy_on_the_same_stream(tmp_path):
     from trainer_support import make_trainer
-    from vsr.seeding import derive_seed
+    from vsr_util.seeding import derive_seed
 
     torch.set_num_threads(1)
     tr = make_trainer(str(tmp_path / "run"), validation=ValidationConfig(k=3, n_problems=4, temperature=0.8,
@@ -266,8 +266,9 @@ def test_validate_values_are_evaluate_policy_on_the_same_stream(tmp_path):
     try:
         out = tr.validate()
         probs = list(tr.task.problems("validation"))[:4]
-        res = evaluate_policy(tr.backend, tr.codec, tr.task, tr.ctx.verifier, probs, k=3, temperature=0.8,
-                              max_new_tokens=tr.cfg.rollout.max_new_tokens, seed=derive_seed(tr.cfg.seed, 0x7A1, 0),
+        res = evaluate_policy(SamplingSession(tr.backend, tr.codec, tr.task, tr.ctx.verifier, temperature=0.8,
+                                              max_new_tokens=tr.cfg.rollout.max_new_tokens),
+                              probs, k=3, seed=derive_seed(tr.cfg.seed, 0x7A1, 0),
                               embedder=NGramEmbedder(4, 2048), logdet_alpha=2.0)
     finally:
         tr.close()

@@ -101,7 +101,7 @@ def test_every_methods_overrides_compose_with_verls_config(data, method):
     if "gigpo" in method:
         from llm_harness.integrations.verl.env_loop import _agent_params
         from llm_harness.trainer.gigpo import GiGPOParams
-        from vsr.config_io import from_dict
+        from vsr_util.config_io import from_dict
 
         assert _agent_params(cfg)["turn_tokens"] == 256 and from_dict(GiGPOParams, dict(p.gigpo)).gamma == 0.95
     if "vsr" in cfg.algorithm and "replay" in cfg.algorithm.vsr:
