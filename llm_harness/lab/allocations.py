@@ -22,12 +22,13 @@ Entries (the papers' allocations):
                        probe's prefix success (:func:`theory.prefix_scores.fit_interpolation`).
 ``prefix_uniform``     ``ρ`` of the groups from prefix states chosen uniformly (VSR's static-reset control).
 ``prefix_oracle``      ``ρ`` of the groups from prefix states chosen ``∝`` the probe's own σ (the best σ̂ can do).
-``prefix_sampling``    Prefix Sampling's hard side (PS, arXiv 2605.05112): too-hard prompts (probed rate < 0.3, ≥ 1
-                       success) restart from the reference prefix nearest ``α = 0.75`` (PS's fixed ratio 0.25 left to
-                       generate); ``min(ρ, their share)`` of the groups, no weights. The easy side (failed prefixes)
-                       has no state here.
+``prefix_sampling``    Prefix Sampling's hard side (PS, arXiv 2605.05112): a prompt restarts from its reference prefix
+                       nearest ``α = 0.75`` (PS's fixed ratio 0.25 left to generate) as often as its groups land in
+                       the hard bucket (1 <= successes < 0.3 G); ``h/(1+h)`` of the groups (at most ``ρ``), no
+                       weights. The easy side (failed prefixes) has no state here.
 ``pros``               PROS (ICLR 2026): each prompt's node — the prompt or one of its prefix states — whose probed
-                       rate is nearest 0.5; ``ρ`` of the groups spread evenly over those nodes, no weights.
+                       rate is nearest 0.5, for the quarter of prompts whose node is nearest; ``ρ`` of the groups
+                       spread evenly over those nodes, no weights.
 ``extra``              Uniform prompts with ExTra's correctness-gated novelty bonus added to the advantages
                        (eq. 2, ``γ``; the per-prompt memory is empty at a single step, so novelty is measured
                        against the correct siblings); the theory predicts nothing for it (realised only).
@@ -44,8 +45,8 @@ import numpy as np
 from llm_harness.lab.probe import ProbeResult
 from vsr_util.registry import Registry
 
-__all__ = ["ALLOCATIONS", "Allocation", "AllocationParams", "Batch", "Proposal", "draw_batch", "mixed_probability",
-           "register_allocation"]
+__all__ = ["ALLOCATIONS", "Allocation", "AllocationParams", "Batch", "PROS_POOL_SHARE", "PS_LOW", "PS_RATIO_HARD",
+           "Proposal", "draw_batch", "hard_probability", "mixed_probability", "register_allocation"]
 
 
 @dataclass(frozen=True)
@@ -251,59 +252,90 @@ def _prefix_oracle(probe: ProbeResult, params: AllocationParams, G: int) -> Prop
     return _prefix_mix(probe, params, np.sqrt(p * (1.0 - p)), "prefix_oracle")
 
 
-#: Prefix Sampling's triage bounds and fixed cut (PS, arXiv 2605.05112: groups below 0.3 are "too hard"; the 14B run's
-#: fixed ratio 0.25 leaves a quarter of the successful trajectory to generate)
+#: Prefix Sampling's triage bound and fixed cut (PS, arXiv 2605.05112: a group below pass rate 0.3 with a success is
+#: "too hard"; the 14B run's fixed ratio 0.25 leaves a quarter of the successful trajectory to generate)
 PS_LOW, PS_RATIO_HARD = 0.3, 0.25
+#: PROS's recency rule (no query twice within 3 steps) makes it cycle through about ``(3 + 1) B`` queries nearest 0.5
+#: (``B`` its picks per step); as a share of the pool: 4 x 2 / 32 = 0.25 on the real bed's batches (4 groups, half to
+#: PROS) — ours, a stationary stand-in for the per-step selection (0.12 in the paper's run: 4 x 512 / 17k)
+PROS_POOL_SHARE = 0.25
 
 
-@register_allocation("prefix_sampling", "PS hard side: rho (at most) of the groups from a long successful prefix of "
-                     "each too-hard prompt", knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
+def hard_probability(k, n, G: int, low: float = PS_LOW) -> np.ndarray:
+    """Probability that a group of ``G`` lands in PS's hard bucket (``1 <= K < low G`` successes), estimated without
+    bias from ``k`` successes in ``n >= G`` draws: ``Σ_j C(k, j) C(n − k, G − j) / C(n, G)`` (the chance that ``G``
+    of the ``n`` draws, taken without replacement, hold ``j`` successes). With ``n < G``: the binomial at the
+    Jeffreys rate, as :func:`mixed_probability`."""
+    from scipy.special import comb
+    from scipy.stats import binom
+
+    k = np.asarray(k, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    js = [j for j in range(1, G + 1) if j < low * G]
+    out = np.zeros(k.shape, dtype=np.float64)
+    ok = n >= G
+    if ok.any():
+        tot = comb(n[ok], G, exact=False)
+        for j in js:
+            out[ok] += comb(k[ok], j, exact=False) * comb(n[ok] - k[ok], G - j, exact=False) / tot
+    if (~ok).any():
+        q = (k[~ok] + 0.5) / (n[~ok] + 1.0)
+        for j in js:
+            out[~ok] += binom.pmf(j, G, q)
+    return np.clip(out, 0.0, 1.0)
+
+
+@register_allocation("prefix_sampling", "PS hard side: groups from a long successful prefix of each prompt as often "
+                     "as its groups are too hard", knob=("rho", (0.25, 0.5, 0.75, 1.0)), prefixes=True)
 def _prefix_sampling(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
-    """Prefix Sampling's hard side in the lab's state space (module doc): a prompt is "too hard" when its probed pass
-    rate is below ``PS_LOW`` with at least one success; each such prompt contributes its prefix state nearest
-    ``α = 1 − PS_RATIO_HARD`` (a reference-solution prefix standing for the successful trajectory PS keeps). PS
-    makes one prefix task per too-hard group of the batch, so those states get ``s = min(ρ, share of too-hard
-    prompts)`` of the groups (``ρ``: PS's cap on prefix tasks, 0.5 in our plug-in), uniform prompts the rest; no
-    weights (PS trains without them). PS's easy side cuts *failed* trajectories, which the lab's state space (prefixes
-    of reference solutions) does not hold: the allocation is PS hard-only."""
+    """Prefix Sampling's hard side in the lab's state space (module doc). PS triages each *group*: a group of ``G``
+    lands in the hard bucket with probability ``h_q = P(1 <= K < 0.3 G)`` (:func:`hard_probability`, from the
+    probe), and each such group makes one prefix task from its prompt's successful trajectory, cut to leave
+    ``PS_RATIO_HARD`` to generate — here the prompt's reference-solution prefix nearest ``α = 1 − PS_RATIO_HARD``.
+    Only fresh groups are triaged and prefix tasks take fresh slots, so the steady share of prefix tasks is
+    ``s = h / (1 + h)`` (``h`` the mean of ``h_q``: ``s = (1 − s) h``), capped at ``ρ`` (PS's cap on prefix tasks,
+    0.5 in our plug-in); the prefix states are drawn ``∝ h_q``, uniform prompts the rest; no weights (PS trains
+    without them). PS's easy side cuts *failed* trajectories, which the lab's states (prefixes of reference
+    solutions) do not hold: the allocation is PS hard-only."""
     sp = probe.space
     pre = sp.is_prefix
     if not pre.any():
         raise ValueError("allocation prefix_sampling: no prefix state (the pool's problems need reference solutions)")
     P = sp.n_prompts
-    rate = np.clip(probe.k[:P] / np.maximum(probe.n[:P], 1), 0.0, 1.0)
-    hard = (rate < PS_LOW) & (probe.k[:P] > 0)
+    h = hard_probability(probe.k[:P], probe.n[:P], G)
     score = np.zeros(sp.size)
     target = 1.0 - PS_RATIO_HARD
-    for q in np.flatnonzero(hard):
+    for q in np.flatnonzero(h > 0):
         states = np.flatnonzero(pre & (sp.problem == q))
         if states.size:
-            score[states[np.argmin(np.abs(sp.alpha[states] - target))]] = 1.0
-    s = min(params.rho, float(hard.mean())) if score.any() else 0.0
+            score[states[np.argmin(np.abs(sp.alpha[states] - target))]] = h[q]
+    hm = float(h.mean())
+    s = min(params.rho, hm / (1.0 + hm)) if score.any() else 0.0
     d = _d(probe)
     mu = (1.0 - s) * d + (s * _normalise(score, "prefix_sampling") if s > 0 else 0.0)
     return Proposal(mu, np.ones_like(mu), prefix_share=s, biased=s > 0)
 
 
-@register_allocation("pros", "PROS: rho of the groups from each prompt's node (prompt or prefix state) whose pass "
-                     "rate is nearest 0.5", knob=("rho", (0.25, 0.5, 0.75, 1.0)))
+@register_allocation("pros", "PROS: rho of the groups from the nodes (prompt or prefix state) nearest pass rate 0.5, "
+                     "one per prompt", knob=("rho", (0.25, 0.5, 0.75, 1.0)))
 def _pros(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     """PROS's selection in the lab's state space (module doc): every prompt and its prefix states form one tree; the
     node whose (Jeffreys-shrunk) probed pass rate is nearest 0.5 is the prompt's candidate (PROS ranks nodes by a
-    posterior draw of the hierarchical model; the lab ranks by the probe's own rates, at most one node per prompt as
-    PROS does, and every prompt's candidate equally often, as PROS's skip of recently used queries spreads its picks).
-    ``ρ`` of the groups go to the candidates (PROS's share of the batch, 0.5 in our plug-in), uniform prompts the rest;
-    no weights (PROS trains without them). Without prefix states the candidates are the prompts themselves."""
+    posterior draw of its hierarchical model; the lab by the probe's own rates). PROS takes the nodes nearest 0.5,
+    at most one per query, and skips queries used in its last 3 steps, so it cycles through the candidates of the
+    ``PROS_POOL_SHARE`` of prompts nearest 0.5 (at least one): ``ρ`` of the groups go to them evenly (PROS's share of
+    the batch, 0.5 in our plug-in), uniform prompts the rest; no weights (PROS trains without them). Without prefix
+    states the candidates are the prompts themselves."""
     sp = probe.space
     P = sp.n_prompts
     gap = np.abs(probe.p - 0.5)
+    best = np.array([np.flatnonzero(sp.problem == q)[np.argmin(gap[sp.problem == q])] for q in range(P)])
+    top = best[np.argsort(gap[best], kind="stable")[: max(1, int(round(PROS_POOL_SHARE * P)))]]
     cand = np.zeros(sp.size)
-    for q in range(P):
-        nodes = np.flatnonzero(sp.problem == q)
-        cand[nodes[np.argmin(gap[nodes])]] = 1.0
+    cand[top] = 1.0
     d = _d(probe)
     mu = (1.0 - params.rho) * d + params.rho * _normalise(cand, "pros")
-    return Proposal(mu, np.ones_like(mu), biased=bool(params.rho > 0 and (cand != d * P).any()))
+    return Proposal(mu, np.ones_like(mu), biased=bool(params.rho > 0))
 
 
 @register_allocation("extra", "uniform prompts with ExTra's correctness-gated novelty bonus (gamma)")

@@ -38,13 +38,14 @@ Prefix tasks never spawn prefix tasks (depth 1; ours — only fresh groups are t
 context: the trainer masks them from the loss; the verifier reads prefix + continuation; within-group GRPO
 advantages, no importance correction (none in the paper).
 
-**Controller** (per bucket ``hard`` / ``easy``). After each step, a bucket whose prefix tasks were generated
+**Controller** (per bucket ``hard`` / ``easy``; ours — one source reads one EMA per success count k ∈ {1, 2, 6, 7}
+of 8, we keep one per bucket). After each step, a bucket whose prefix tasks were generated
 this step updates ``EMA ← (1 − α) EMA + α p̄`` (α 0.05; ``p̄`` = the mean pass rate of the bucket's prefix
 groups of the step, degenerate groups included — they leave the loss but feed the EMA, ours). The EMA starts
 at 0.5 (ours: no move before evidence). ``controller: adaptive`` (the paper's 32B run) then moves the ratio:
 
 * ``EMA > 0.5 + 0.03`` → ``ratio += 0.05``;  ``EMA < 0.5 − 0.03`` → ``ratio −= 0.05``; inside: no move;
-* ratios are clipped to ``[0.05, 0.95]``, start at 0.45 (hard) / 0.55 (easy);
+* ratios are clipped to ``[0.05, 0.95]`` (ours), start at 0.45 (hard) / 0.55 (easy);
 * after a move the bucket does not move for the next 5 steps (cool-down; the EMA keeps updating), and it
   moves only on a step that updated its EMA (ours).
 
@@ -62,7 +63,7 @@ interaction states: the turn's prompt ids, the turns before it as ``history`` an
 same state without replaying).
 
 **Metrics**: ``ps_claimed_{hard,easy}``, ``ps_dropped`` (pending tasks not claimed), ``ps_kept_{hard,easy}``,
-``ps_uncut`` (kept trajectories too short to cut), ``ps_pass_rate_{hard,easy}`` (this step's prefix tasks;
+``ps_uncut`` (kept trajectories too short to cut), ``ps_pending`` (tasks for the next step), ``ps_pass_rate_{hard,easy}`` (this step's prefix tasks;
 NaN without), ``ps_ema_{hard,easy}``, ``ps_ratio_{hard,easy}``, ``ps_moves_{hard,easy}`` (−1 / 0 / +1) and
 ``ps_solve_partial`` — the number of mixed-outcome groups generated this step (the paper's per-batch count;
 the trainer's ``mixed_frac`` is the same as a share).

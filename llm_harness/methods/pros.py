@@ -23,14 +23,18 @@ parent's current draw so that its pass rate lies within ``± δ`` (0.1) of the p
 ``s`` and trials ``n``; every step first multiplies all counts by γ = 0.99, then adds the step's outcomes, so
 counts are real numbers (the Pólya–Gamma sampler takes real ``n``). Then ``sweeps`` (100) Gibbs sweeps with
 Pólya–Gamma augmentation over the whole tree, continuing the chain from the last state; the state after the
-last sweep is the *current draw* of every ``ψ``. A new root starts from a prior draw, a new child from
-``N(ψ_parent, σ²)``; both are seeded by the run seed and the step.
+last sweep is the *current draw* of every ``ψ``. A new root starts from a prior draw (before the sweeps, so its
+first counts update it); new children are grown *after* the sweeps (PROS's released sampler: decay → count →
+sweeps → children), each from ``N(ψ_parent, σ²)`` with σ from the parent's updated draw, and keep that draw
+until the next step's sweeps; all seeded by the run seed and the step.
 
 **Selection** (``claim``). ``B = ⌊share × open slots⌋`` nodes (ours: share 0.5 — PROS selects the whole batch
 from the tree, unseen queries included through their prior draws; here the fresh prompt stream plays the unseen
 queries and fills the other slots): the nodes whose current ``sigmoid(ψ)`` is nearest 0.5 (ties: lower node id),
-at most one per original query, skipping queries used in the last ``diversity_window`` (3) steps — relaxed
-3 → 2 → 1 → 0 while fewer than ``B`` queries qualify (PROS). A query is *used* at a step when a group started
+at most one per original query among PROS's picks (ours: the fresh stream, drawn after the claim, may hold the same
+query), skipping queries used in the last ``diversity_window`` (3) steps — relaxed 3 → 2 → 1 → 0 while fewer than
+``B`` queries qualify (PROS; ours: the count of qualifying queries uses the same rule as the skip, where the released
+code relaxes one step earlier). A query is *used* at a step when a group started
 from one of its nodes is generated. A root competes with its children (PROS): with ``claim_roots`` (ours,
 default) a chosen root claims its bare prompt (origin ``fresh``: it is the original query, re-drawn by the
 model; PS and VSR treat it as any bare prompt); without, a chosen root's slot is left to the fresh stream.
@@ -317,7 +321,8 @@ class PROSPlugin(StartStateSource, StepHook):
         return Claim(states=tuple(states), metrics=m)
 
     def after_step(self, step: Step, ctx: TrainContext) -> Result:
-        """Decay, count this step's outcomes, grow children from correct bare-prompt rows, then the Gibbs sweeps."""
+        """Decay, count this step's outcomes, the Gibbs sweeps, then grow children from correct bare-prompt rows (a new
+        child's σ and first draw come from its root's *updated* draw, as PROS's released sampler orders it)."""
         t, c = step.index, self.cfg
         rng = np.random.default_rng(derive_seed(self.seed, t, 0x9205))
         for x in self.nodes.values():
@@ -339,12 +344,13 @@ class PROSPlugin(StartStateSource, StepHook):
             if x.parent < 0:
                 correct.setdefault(x.problem, []).extend((g, int(i)) for i in np.flatnonzero(ok))
         t0 = time.perf_counter()
+        self._sweep(rng)
+        gibbs_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
         cuts, m = self._cuts({p: v for p, v in correct.items() if v}, ctx)
         m["time_pros_score_s"] = time.perf_counter() - t0
+        m["time_pros_gibbs_s"] = gibbs_s
         m.update(self._grow(cuts, t, rng))
-        t0 = time.perf_counter()
-        self._sweep(rng)
-        m["time_pros_gibbs_s"] = time.perf_counter() - t0
         roots = [x for x in self.nodes.values() if x.parent < 0]
         kids = [x for x in self.nodes.values() if x.parent >= 0]
         m["pros_roots"], m["pros_children"] = float(len(roots)), float(len(kids))

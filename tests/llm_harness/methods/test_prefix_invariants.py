@@ -168,10 +168,20 @@ def test_dropping_the_prefix_changes_the_scored_logprobs(run):
 
 
 def test_importance_ratio_is_one_at_the_first_epoch(run):
+    """Against the recomputed π_old the first epoch's log-ratio is exactly 0 (the same pass twice); against the
+    *sampler's* behaviour log-probs it is 1 to float rounding — the check a prefix re-tokenised into the response
+    fails (the policy would be scored on tokens it never sampled)."""
     name, tr, task, records, calls = run
     for s in _prefix_steps(records):
         c = _first_epoch_call(calls, s.index)
         assert torch.all((c["lp"] - c["old"])[c["mask"] > 0] == 0)
+        row = 0
+        for g in s.trained:
+            for i in range(g.size):
+                m = c["mask"][row] > 0
+                ratio = np.exp(c["lp"][row][m].numpy().astype(np.float64) - np.asarray(g.behaviour_logprobs[i], np.float64))
+                np.testing.assert_allclose(ratio, 1.0, rtol=0, atol=1e-3)
+                row += 1
 
 
 def test_the_verifier_reads_prefix_and_continuation(run):

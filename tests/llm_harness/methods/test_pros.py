@@ -238,3 +238,24 @@ def test_resume_with_pros_is_bit_identical(tmp_path):
     assert sum(r["pros_claimed_children"] for r in rows[3:]) > 0
     a, b = full.plugins[0].state_dict(), resumed.plugins[0].state_dict()
     assert np.array_equal(a["nodes"]["psi"], b["nodes"]["psi"]) and a["prompts"] == b["prompts"]
+
+
+def test_the_posterior_follows_each_nodes_own_outcomes_and_a_child_is_born_from_the_updated_root(tr):
+    """A root that always passes and its child that always fails: after a few steps the root's draw is high and the
+    child's low (swapping successes and trials, or a wrong parent map, would fail this); and a child's prior scale is
+    child_sigma of its root's draw *after* that step's sweeps (the released sampler's order)."""
+    from theory.pros_posterior import child_sigma
+
+    pros, ctx = _pros(tr, FakeScorer(), sweeps=30, delta=0.45)  # a wide child prior, so the child can leave its root
+    g0 = _root_group(tr, 0, [_row(0), _row(1), _row(2), _row(3)], [1, 1, 1, 1], 0)
+    pros.after_step(_step(0, [g0]), ctx)
+    (child,) = pros.children(g0.start.problem.id)
+    root = pros.nodes[pros.roots[g0.start.problem.id]]
+    assert child.sigma2 == pytest.approx(float(child_sigma(np.array([root.psi]), 0.45, pros.cfg.sigma_floor)[0]) ** 2)
+    cs = StartState(g0.start.prompt_ids, g0.start.problem, child.prefix, Origin.REPLAYED_PREFIX, meta={"pros_node": child.id})
+    for t in range(1, 7):
+        cg = RolloutGroup(cs, [_row(7)] * 8, [np.zeros(13)] * 8, np.zeros(8), t, finish_reasons=["stop"] * 8)
+        rg = _root_group(tr, 0, [_row(4)] * 8, [1] * 8, t)
+        pros.after_step(_step(t, [cg, rg]), ctx)
+    theta_root, theta_child = sigmoid(np.array([root.psi, child.psi]))
+    assert theta_root > 0.8 and theta_child < theta_root - 0.2
