@@ -79,10 +79,9 @@ def study_summary(name: str) -> str:
     import ast
     import importlib.util
 
-    mods = study_modules()
-    if name not in mods:
-        raise ValueError(f"study: unknown study {name!r}; registered: {sorted(mods)}")
-    spec = importlib.util.find_spec(mods[name])
+    spec = importlib.util.find_spec(f"{STUDY_PACKAGE}.{name.replace('-', '_')}")
+    if spec is None or spec.origin is None:
+        raise ValueError(f"study: unknown study {name!r}; registered: {sorted(study_modules())}")
     with open(spec.origin, encoding="utf-8") as fh:  # type: ignore[union-attr, arg-type]
         doc = ast.get_docstring(ast.parse(fh.read())) or name
     first = " ".join(doc.split("\n\n")[0].split())

@@ -163,3 +163,12 @@ def plant_checkpoint(ck: Any, files: dict[str, bytes], version: int, step: int =
     from llm_harness.trainer.checkpoint import write_meta
 
     write_meta(ck, meta)
+
+
+def assert_fresh_stream_is_grpos(rec: Any, trainer: Any) -> None:
+    """The fresh prompts ``rec`` (a ``StepRecorder``) saw drawn are GRPO's stream, in order, none lost, none twice."""
+    from llm_harness.trainer.prompts import FreshPromptSource
+
+    drawn = [s.state.problem.id for st in rec.records for s in st.slots + st.refills if s.drawn]
+    want = FreshPromptSource(trainer.fresh.problems, trainer.fresh.encode, trainer.cfg.seed).peek(0, len(drawn))
+    assert drawn == [p.id for p in want]

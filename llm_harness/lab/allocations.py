@@ -329,7 +329,8 @@ def _pros(probe: ProbeResult, params: AllocationParams, G: int) -> Proposal:
     sp = probe.space
     P = sp.n_prompts
     gap = np.abs(probe.p - 0.5)
-    best = np.array([np.flatnonzero(sp.problem == q)[np.argmin(gap[sp.problem == q])] for q in range(P)])
+    nodes = [np.flatnonzero(sp.problem == q) for q in range(P)]
+    best = np.array([nd[np.argmin(gap[nd])] for nd in nodes])
     top = best[np.argsort(gap[best], kind="stable")[: max(1, int(round(PROS_POOL_SHARE * P)))]]
     cand = np.zeros(sp.size)
     cand[top] = 1.0

@@ -263,13 +263,19 @@ def _first_line(doc: str | None) -> str:
 PLUGIN_PACKAGES: tuple[str, ...] = ("llm_harness.methods",)
 
 
+_IMPORTED: set[str] = set()
+
+
 def import_plugin_modules() -> None:
-    """Import every module of every installed package of :data:`PLUGIN_PACKAGES` (they call ``register_plugin``)."""
+    """Import every module of every installed package of :data:`PLUGIN_PACKAGES` (they call ``register_plugin``);
+    a package is scanned once per process."""
     import importlib
     import importlib.util
     import pkgutil
 
     for pkg in PLUGIN_PACKAGES:
+        if pkg in _IMPORTED:
+            continue
         try:
             found = importlib.util.find_spec(pkg) is not None
         except ModuleNotFoundError:
@@ -279,6 +285,7 @@ def import_plugin_modules() -> None:
         mod = importlib.import_module(pkg)
         for info in pkgutil.iter_modules(getattr(mod, "__path__", ()), prefix=pkg + "."):
             importlib.import_module(info.name)
+        _IMPORTED.add(pkg)  # (after every module imported: a failed import is retried, and raises again)
 
 
 def build_plugins(spec: Mapping[str, Mapping[str, Any]], ctx: TrainContext) -> list[Plugin]:

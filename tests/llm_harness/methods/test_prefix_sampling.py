@@ -21,9 +21,8 @@ from llm_harness.methods.prefix_sampling import (
 from llm_harness.trainer.config import AlgoConfig, RolloutConfig, RunConfig
 from llm_harness.trainer.data import Origin, RolloutGroup, StartState
 from llm_harness.trainer.plugins import StepRecorder
-from llm_harness.trainer.prompts import FreshPromptSource
 from llm_harness.trainer.step import Step
-from trainer_support import ToyTask, check_resume_is_bit_identical, fake_group, make_trainer
+from trainer_support import assert_fresh_stream_is_grpos, ToyTask, check_resume_is_bit_identical, fake_group, make_trainer
 
 
 @pytest.fixture(scope="module")
@@ -284,9 +283,7 @@ def test_composes_with_dapo_and_extra(tmp_path, other):
                      algo=AlgoConfig(max_gen_rounds=2))
     rows = t.fit()
     t.close()
-    # the fresh prompts drawn are GRPO's stream, in order, none lost, none twice
-    drawn = [s.state.problem.id for st in rec.records for s in st.slots + st.refills if s.drawn]
-    assert drawn == [p.id for p in FreshPromptSource(t.fresh.problems, t.fresh.encode, t.cfg.seed).peek(0, len(drawn))]
+    assert_fresh_stream_is_grpos(rec, t)
     assert len(rows) == 2 and rows[1]["ps_claimed_hard"] + rows[1]["ps_claimed_easy"] > 0
     assert rows[1]["groups_replayed_prefix"] == rows[1]["ps_claimed_hard"] + rows[1]["ps_claimed_easy"]
     assert all(r["slots_fresh"] + r.get("slots_prefix_sampling", 0) + r.get("slots_extra", 0) == 4 for r in rows)
