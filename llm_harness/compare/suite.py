@@ -285,6 +285,39 @@ register_suite(
     )
 )
 
+#: the prefix-restart family on the vsr_regime pool: VSR (expert cold start, and policy-only), Prefix Sampling, PS
+#: hard-only and PROS beside GRPO and DAPO's dynamic sampling, at vsr_regime's sizes; GRPO and both VSR arms are the
+#: vsr_regime suite's own runs (the same resolved configs and pool: their records are restored, not trained again)
+_PREFIX_FAMILY_METHODS = (
+    _REGIME_METHODS[0],
+    Method("dapo", "regime_dapo.yaml", "DAPO dynamic sampling (redraw until 8 mixed groups, at most 4 rounds)"),
+    _REGIME_METHODS[1],
+    _REGIME_METHODS[8],
+    Method("ps", "regime_ps.yaml", "Prefix Sampling (fixed ratios 0.25 / 0.25)", "prefix"),
+    Method("ps_hard", "regime_ps_hard.yaml", "PS hard-only", "prefix"),
+    Method("pros", "regime_pros.yaml", "PROS (half the batch from the tree)", "prefix"),
+)
+
+register_suite(
+    Suite(
+        name="prefix_family",
+        methods=_PREFIX_FAMILY_METHODS,
+        regimes=(
+            Regime("sparse", "the vsr_regime setting: the `low` checkpoint on 6-term chains, a fixed pool of 128 hard "
+                   "prompts (at most one success in 16 samples); VSR alone gets the pool's expert solutions, every "
+                   "other prefix arm restarts from the policy's own samples"),
+        ),
+        sizes={"seeds": 11, "steps": 100, "eval_problems": 500, "eval_k": 8, "eval_every": 100},
+        pool=_REGIME_POOL,
+        contrasts=("dapo", "vsr", "vsr_policy", "ps", "ps_hard", "pros"),
+        min_effect=0.02,
+        # PS against its own hard half, and policy-only VSR against the policy-only prefix methods
+        ablations=(("ps", "ps_hard"), ("vsr_policy", "ps"), ("vsr_policy", "pros")),
+        sections=("pool", "ablations", "family_passk"),
+        shares_records_with=("vsr_regime",),
+    )
+)
+
 #: the learning-rate sweep that chose the vsr_regime recipe's lr: GRPO and VSR, one seed, four rates
 register_suite(
     Suite(
