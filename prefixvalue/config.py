@@ -92,18 +92,20 @@ class StudyConfig:
     max_batch_sequences: int = 512
     """Sequences decoded together by the HF backend (states x samples per micro-batch)."""
     out: str = ""
-    """Output folder (table, config, summary, figure); empty = ``runs/study/<name>``."""
+    """Output folder of the report (summary, figure); empty = ``runs/study/<name>``. What the study reads back (its
+    identity, config, chunks and table) goes to the records folder beside it: ``records/prefixvalue/<study>`` for
+    ``figures/prefixvalue/<study>``, ``<out>/records`` for any folder outside ``figures/`` (``prefixvalue.store``)."""
     quick: bool = False
     """Use the quick sizes (minutes on the CPU test bed) for every size left at 0."""
     overwrite: bool = False
-    """Discard results already in ``out`` instead of resuming from them."""
+    """Discard results already in ``out`` and its records folder instead of resuming from them."""
     progress: bool = True
     """Show tqdm progress bars."""
     num_threads: int = 0
     """``torch.set_num_threads`` for the run; 0 leaves torch's default."""
     reanalyze: bool = False
-    """Sample nothing: re-run the analysis on the table already in ``out`` (``results.parquet``, written
-    by a run of the same config) and rewrite its summary and figure; the stored ``config.yaml`` and
+    """Sample nothing: re-run the analysis on the table already in ``out``'s records folder (``results.parquet``,
+    written by a run of the same config) and rewrite its summary and figure; the stored ``config.yaml`` and
     filter counts are kept."""
 
     def __post_init__(self) -> None:

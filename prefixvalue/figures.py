@@ -1,7 +1,8 @@
 """``make figures`` job of the prefix-value studies: all five on the shipped CPU test bed.
 
 ``make_prefixvalue_figures(out_dir, quick)`` loads the ``mid`` checkpoint once and runs every
-registered study into ``out_dir/<study>/`` (table, config, summary, figure). With
+registered study into ``out_dir/<study>/`` (summary, figure), its records (identity, config, table) going to the
+records folder beside it (``prefixvalue.store``: ``records/prefixvalue/<study>`` for ``make figures``). With
 ``quick=False`` (what ``make figures`` passes) each study runs at its *quick* sizes (a few
 minutes in all on 2 CPU cores); with ``quick=True`` (smoke tests) at :data:`TINY` sizes (seconds
 per study). Full sizes are for ``vsr study <name>`` without ``--quick``.
@@ -28,7 +29,8 @@ TINY: dict[str, dict] = {
 
 
 def make_prefixvalue_figures(out_dir: Path, quick: bool = False) -> int:
-    """Run all five studies on the test bed into ``out_dir/<study>``; returns 0 on success."""
+    """Run all five studies on the test bed into ``out_dir/<study>`` (records: ``prefixvalue.store.records_dir``);
+    returns 0 on success."""
     import torch
 
     out_dir = Path(out_dir)

@@ -1,5 +1,10 @@
 """Run a registered study end to end: resolve config -> collect (chunked, resumable) -> table
--> analysis -> summary files + figure (studies: :mod:`prefixvalue`). No tyro needed (plain Python entry point)."""
+-> analysis -> summary files + figure (studies: :mod:`prefixvalue`). No tyro needed (plain Python entry point).
+
+What a study reads back (``study.json``, ``config.yaml``, ``chunks/``, ``results.parquet``) goes to the records folder
+of its output folder (:func:`prefixvalue.store.records_dir`: ``figures/prefixvalue/<study>`` ->
+``records/prefixvalue/<study>``, any other ``--out DIR`` -> ``DIR/records``); the report (``summary.json``/``.md``, the
+figure, ``timings.json``) to the output folder itself (:mod:`prefixvalue.store`)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 
 from prefixvalue.config import StudyConfig, config_json, identity_dict, resolve
 from prefixvalue.registry import Study, get_study
-from prefixvalue.store import strict_json
+from prefixvalue.store import check_no_old_layout, records_dir, strict_json
 from vsr_util.atomic import read_json
 
 __all__ = ["NoEligibleProblemsError", "as_study_config", "model_label", "reanalyze_study", "resolved_config", "run_study"]
@@ -49,27 +54,39 @@ def run_study(name: str, cfg: StudyConfig | None = None, *, backend: Any = None,
               stop_after_chunks: int | None = None) -> Path:
     """Run study ``name`` with ``cfg`` and return its output folder.
 
-    Writes ``config.yaml``, ``results.parquet``, ``summary.json``/``.md`` and the figure
-    (PNG; :func:`vsr_util.atomic.save_figure`) into ``cfg.out``; resumes from completed chunks already there (same config) and
-    refuses a folder holding another config's results (``overwrite=True`` discards them).
+    Writes ``summary.json``/``.md`` and the figure (PNG; :func:`vsr_util.atomic.save_figure`) into ``cfg.out``, and
+    ``study.json``, ``config.yaml``, the chunks and ``results.parquet`` into its records folder
+    (:func:`prefixvalue.store.records_dir`); resumes from completed chunks already there (same config) and refuses a
+    study holding another config's results (``overwrite=True`` discards them), and an output folder that still holds
+    its records inside (the layout before the records store: :func:`prefixvalue.store.check_no_old_layout` names the
+    command that moves them).
     ``backend``/``tokenizer`` reuse an already loaded model (tests, figure jobs); otherwise the
     model is loaded from ``cfg.model``. ``stop_after_chunks`` ends the run after that many new
     chunks without analysing (simulates an interruption; used by the resume tests). With
     ``cfg.reanalyze`` nothing is sampled: :func:`reanalyze_study` analyses the stored table again.
-    The folder is locked for the run (:mod:`vsr_util.runlock`): a second writer is refused.
+    The output and records folders are locked for the run (:mod:`vsr_util.runlock`): a second writer is refused.
     """
     from vsr_util.runlock import locked_folder
 
     study = get_study(name)
     cfg = resolve(as_study_config(study, cfg), study.sizes, study.default_split, name)
     with locked_folder(cfg.out, field="out"):  # one writer per study folder
-        if cfg.reanalyze:
-            return reanalyze_study(study, cfg)
-        return _run_locked(study, cfg, backend=backend, tokenizer=tokenizer, stop_after_chunks=stop_after_chunks)
+        check_no_old_layout(cfg.out)  # before the records folder is created beside it
+        with locked_folder(records_dir(cfg.out), field="records"):
+            return _run_or_reanalyze(study, cfg, backend=backend, tokenizer=tokenizer,
+                                     stop_after_chunks=stop_after_chunks)
+
+
+def _run_or_reanalyze(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
+                      stop_after_chunks: int | None) -> Path:
+    """:func:`run_study`'s work, with the output and records folders locked."""
+    if cfg.reanalyze:
+        return reanalyze_study(study, cfg)
+    return _run_locked(study, cfg, backend=backend, tokenizer=tokenizer, stop_after_chunks=stop_after_chunks)
 
 
 def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any, stop_after_chunks: int | None) -> Path:
-    """:func:`run_study`'s work, with the output folder locked."""
+    """A run that samples (:func:`run_study`), with the output and records folders locked."""
     import pandas as pd
     from tqdm.auto import tqdm
 
@@ -89,7 +106,7 @@ def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
 
         resolve_model(cfg.model)
     store = ChunkStore(out, name, identity_dict(cfg), overwrite=cfg.overwrite)
-    save_config(cfg, out / "config.yaml")
+    save_config(cfg, store.records_dir / "config.yaml")
     t0 = time.perf_counter()
     ctx = build_context(cfg, backend=backend, tokenizer=tokenizer)
     try:
@@ -97,7 +114,8 @@ def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
         spans = _chunks(len(problems), cfg.chunk_problems)
         todo = [i for i in range(len(spans)) if not store.done(i)]
         if len(todo) < len(spans) and todo:
-            print(f"{name}: resuming, {len(spans) - len(todo)} of {len(spans)} chunks already in {out}", file=sys.stderr)
+            print(f"{name}: resuming, {len(spans) - len(todo)} of {len(spans)} chunks already in {store.records_dir}",
+                  file=sys.stderr)
         new = 0
         for i in tqdm(todo, desc=name, disable=not cfg.progress, unit="chunk"):
             if stop_after_chunks is not None and new >= stop_after_chunks:
@@ -119,7 +137,7 @@ def _run_locked(study: Study, cfg: StudyConfig, *, backend: Any, tokenizer: Any,
             "different problems (n_problems, split, min_difficulty/max_difficulty) or another model"
         )
     table = pd.DataFrame(rows)
-    write_table(table, out)
+    write_table(table, store.records_dir)
     _analyze_and_write(study, cfg, table, counts, round(time.perf_counter() - t0, 2), out, reanalyzed=False)
     return out
 
@@ -159,11 +177,13 @@ def model_label(model: str) -> str:
 
 
 def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
-    """Analyse the stored table of ``cfg.out`` again without sampling (``reanalyze``).
+    """Analyse the stored table of the study reported in ``cfg.out`` again without sampling (``reanalyze``).
 
-    ``cfg`` must describe the run that wrote the folder (its ``study.json`` identity); the analysis
-    runs with the stored ``config.yaml``, the filter counts come from the stored ``summary.json`` (the table does not
-    hold them) and the collection time from ``timings.json`` (or, in a folder written before it, the summary)."""
+    ``cfg`` must describe the run that wrote the folder (its ``study.json`` identity); the table
+    (``results.parquet``), ``study.json`` and ``config.yaml`` are read from its records folder
+    (:func:`prefixvalue.store.records_dir`), the rest from ``cfg.out``: the analysis runs with the stored
+    ``config.yaml``, the filter counts come from the stored ``summary.json`` (the table does not hold them) and the
+    collection time from ``timings.json`` (or, in a folder written before it, the summary)."""
     import pandas as pd
 
     from vsr_util.config_io import load_config
@@ -171,10 +191,13 @@ def reanalyze_study(study: Study, cfg: StudyConfig) -> Path:
     from prefixvalue.config import config_diff
 
     out = Path(cfg.out)
-    need = [out / n for n in ("study.json", "config.yaml", "results.parquet", "summary.json")]
+    check_no_old_layout(out)
+    rec = records_dir(out)
+    need = [rec / "study.json", rec / "config.yaml", rec / "results.parquet", out / "summary.json"]
     missing = [str(p) for p in need if not p.is_file()]
     if missing:
-        raise ValueError(f"reanalyze: {out} lacks {', '.join(missing)}; run the study there first (without --reanalyze)")
+        raise ValueError(f"reanalyze: {out} (records: {rec}) lacks {', '.join(missing)}; run the study there first "
+                         "(without --reanalyze)")
     manifest = read_json(need[0])
     if manifest.get("study") != study.name:
         raise ValueError(f"reanalyze: {out} holds results of study {manifest.get('study')!r}, not {study.name!r}")

@@ -2,7 +2,8 @@
 # The five prefix-value studies (VSR App. D.5 / Fig. 7, ExTra §5.6 / Fig. 4) on SmolLM2-135M-Instruct through the
 # vLLM backend on the CPU (or the HF backend on a GPU: DEVICE=cuda), all five levels of the arithmetic ladder's test
 # split (interleaved, so the first N problems hold every level equally; the study default --min-difficulty 5 is the
-# test bed's), responses of at most 64 tokens. Results in figures/real_model/<study>/.
+# test bed's), responses of at most 64 tokens. Reports in figures/real_model/<study>/, the records they are built
+# from (study.json, config.yaml, chunks/, results.parquet) in records/real_model/<study>/ (prefixvalue/store.py).
 # Usage: scripts/real_model_studies.sh [STUDY ...]    (default: all five, in the order below)
 # Needs `make real-model` and `make vllm-test` (builds .venv-vllm). Resumable: rerun the same command after an
 # interruption and every study continues from its last finished chunk. About 1.7 h on 2 CPU cores at the default sizes
@@ -24,7 +25,7 @@ export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 MODEL="${MODEL:-$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)}"
 COMMON=(--backend "$BACKEND" --device "$DEVICE" "${BATCH[@]}" --model "$MODEL" --task arith_ladder --split test
         --min-difficulty 0 --response-budget 64 --seed 0 --no-progress)
-run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already in its folder
+run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already in its records folder
   local study="$1"; shift
   local dir="$OUT/$study$SUFFIX${TAG:-}"
   mkdir -p "$dir"

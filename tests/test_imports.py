@@ -171,7 +171,7 @@ COMPARE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("records",),
     ("sizing",),
     ("sections", "sections.common"),
-    ("sections.vsr", "sections.replay", "sections.extra", "sections.agents"),
+    ("sections.vsr", "sections.replay", "sections.extra", "sections.agents", "sections.prefix"),
     ("report",),
     ("runner",),
     ("__main__",),

@@ -48,6 +48,7 @@ from llm_harness.compare.jobs import CompareConfig, Job, is_done, matches
 from llm_harness.compare.suite import SUITES
 from llm_harness.trainer.runlog import parse_jsonl
 from vsr_util.atomic import atomic_path, read_json, write_json
+from vsr_util.store import STORE, store_folder
 
 __all__ = ["FORMAT", "MANIFEST", "POINTER", "STORE", "RecordError", "check_listed", "check_not_in_report_folder", "dedupe",
            "drop_files", "follow_pointer", "is_pointer", "manifest_entry", "move_to_store", "pointer_entry", "read_manifest",
@@ -55,7 +56,6 @@ __all__ = ["FORMAT", "MANIFEST", "POINTER", "STORE", "RecordError", "check_liste
            "report_bad_record", "restore_record", "save_record", "shared_records_roots", "update_manifest", "verify_record"]
 
 #: the records store's folder name: ``records/`` beside ``figures/`` (module doc, "The store")
-STORE = "records"
 #: the manifest file in a suite's records folder
 MANIFEST = "manifest.json"
 #: the manifest's format: 2 lists each record's job fingerprint (1 did not; its entries are read as they are and get
@@ -74,13 +74,11 @@ class RecordError(ValueError):
 
 
 def records_folder(report_dir: str | Path) -> Path:
-    """The records folder of the suite whose report goes to ``report_dir`` (module doc, "The store"): for a report
-    folder inside a folder named ``figures`` (``figures/compare_<suite>``), ``records/<report folder name>`` beside
-    that ``figures`` folder; for any other report folder, ``<report_dir>/records``."""
-    report_dir = Path(report_dir)
-    if report_dir.parent.name == "figures":
-        return report_dir.parent.parent / STORE / report_dir.name
-    return report_dir / STORE
+    """The records folder of the suite whose report goes to ``report_dir`` (module doc, "The store";
+    :func:`vsr_util.store.store_folder`, the rule the lab and the studies share): for a report folder under a folder
+    named ``figures`` (``figures/compare_<suite>``), the same path under ``records/`` beside that ``figures`` folder;
+    for any other report folder, ``<report_dir>/records``."""
+    return store_folder(report_dir)
 
 
 def records_root(cfg: CompareConfig) -> Path:

@@ -313,7 +313,7 @@ register_suite(
         min_effect=0.02,
         # PS against its own hard half, and policy-only VSR against the policy-only prefix methods
         ablations=(("ps", "ps_hard"), ("vsr_policy", "ps"), ("vsr_policy", "pros")),
-        sections=("pool", "ablations", "family_passk"),
+        sections=("pool", "prefix_dynamics", "ablations", "family_passk"),
         shares_records_with=("vsr_regime",),
     )
 )

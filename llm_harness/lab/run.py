@@ -1,6 +1,9 @@
 """``vsr lab``: probe, predict and realise every allocation on one model and task; report predicted vs realised.
 
-Steps (each resumable: a finished step's file in ``out`` is reused when its configuration matches):
+Steps (each resumable: a finished step's file is reused when its configuration matches). The report goes to ``out``;
+what the lab reads back — ``lab.json``, the probe, the references, the allocations' records, the replay step — goes to
+the records store, :func:`vsr_util.store.store_folder` of ``out`` (``figures/lab/real`` -> ``records/lab/real``; a
+trial folder ``DIR`` -> ``DIR/records``), the rule ``vsr compare`` and ``vsr study`` follow (``records/README.md``):
 
 1. **probe** (``probe.json``): Monte-Carlo pass rates, lengths and score norms of the pool's prompts and of prefix
    states of their reference solutions (:mod:`llm_harness.lab.probe`).
@@ -17,7 +20,7 @@ Steps (each resumable: a finished step's file in ``out`` is reused when its conf
 6. **replay** (``replay.json``, only with ``replay_ages``; last, because it trains the model): rollout replay at ages
    1…τ, its variance and its bias without and with importance weights (:mod:`llm_harness.lab.staleness`).
 
-The output folder belongs to one lab: ``lab.json`` records what its probe depends on (model, backend, task and its
+The records folder belongs to one lab: ``lab.json`` records what its probe depends on (model, backend, task and its
 parameters, pool, rollout settings, prompts, hint ratios, probe samples, seed). A rerun whose settings differ there,
 or a folder whose ``probe.json`` was made by another lab, is refused naming the differences (``--overwrite``
 discards the lab's files first); allocation knobs, batches and replay settings may change between runs (the steps
@@ -46,8 +49,10 @@ from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate
 from llm_harness.lab.probe import ProbeResult, pool_state_space, run_probe, state_for
 from llm_harness.lab.report import gain_figure, plan_text, render_report, split_timings
 from llm_harness.lab.summary import allocation_rows, predictions, resolution_plan, summarise
+from vsr_util.store import store_folder
 
-__all__ = ["LAB_FILES", "lab_command", "make_lab_figure", "reanalyze_lab", "run_lab"]
+__all__ = ["LAB_FILES", "REPORT_FILES", "lab_command", "make_lab_figure", "move_lab_records", "reanalyze_lab", "records_dir",
+           "run_lab"]
 
 
 def _train_cfg(cfg: LabConfig) -> Any:
@@ -155,9 +160,43 @@ def _load_vector(path: Path, n_params: int) -> Any:
     return torch.from_numpy(vec)
 
 
-#: files a lab writes in its folder (removed by ``--overwrite``)
+#: files a lab keeps in its records folder (``store_folder(out)``; removed by ``--overwrite``, with ``alloc_*.json``)
 LAB_FILES = ("lab.json", "probe.json", "reference_pool.json", "reference_pool.npy", "reference_heldout.json",
-             "reference_heldout.npy", "replay.json", "summary.json", "report.md", "lab_gain.png")
+             "reference_heldout.npy", "replay.json")
+#: the report a lab writes in ``out`` (removed by ``--overwrite``)
+REPORT_FILES = ("summary.json", "report.md", "lab_gain.png")
+
+
+def records_dir(out: str | Path) -> Path:
+    """Where the lab whose report goes to ``out`` keeps what it reads back (module doc)."""
+    return store_folder(out)
+
+
+def _old_layout(out: Path) -> None:
+    """Refuse a report folder that still holds a lab's records (written before they moved to the store)."""
+    rec = records_dir(out)
+    if rec == out:
+        return
+    stale = [f.name for f in (out / n for n in LAB_FILES) if f.exists()] + sorted(f.name for f in out.glob("alloc_*.json"))
+    if stale:
+        raise ValueError(f"out: {out} holds a lab's records ({', '.join(stale[:4])}{', ...' if len(stale) > 4 else ''}) from "
+                         f"before they moved to the records store; move them to {rec} with python -c \"from "
+                         f"llm_harness.lab.run import move_lab_records; move_lab_records('{out}')\"")
+
+
+def move_lab_records(out: str | Path) -> list[Path]:
+    """Move a lab's records from its report folder ``out`` (the layout before the store) to :func:`records_dir`;
+    returns the moved files. A file already in the store is not replaced: the move stops naming it."""
+    out = Path(out)
+    rec = records_dir(out)
+    files = [out / n for n in LAB_FILES if (out / n).exists()] + sorted(out.glob("alloc_*.json"))
+    clash = [f.name for f in files if (rec / f.name).exists()]
+    if clash:
+        raise ValueError(f"move_lab_records: {rec} already holds {', '.join(clash)}; nothing moved")
+    rec.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        f.replace(rec / f.name)
+    return [rec / f.name for f in files]
 
 
 def _identity(cfg: LabConfig, tcfg: Any) -> dict[str, Any]:
@@ -173,24 +212,27 @@ def _another_lab(out: Path, what: str) -> ValueError:
     return ValueError(f"out: {out} holds {what}; choose another output folder or pass --overwrite to discard them")
 
 
-def _claim_folder(cfg: LabConfig, out: Path, identity: dict[str, Any]) -> None:
-    """Refuse (before the model is loaded) a folder holding another lab's results or another command's summary;
-    with ``overwrite``, remove the lab's files there instead (module doc)."""
+def _claim_folder(cfg: LabConfig, out: Path, rec: Path, identity: dict[str, Any]) -> None:
+    """Refuse (before the model is loaded) a records folder holding another lab's results, or a report folder holding
+    another command's summary; with ``overwrite``, remove the lab's files there instead (module doc)."""
     if cfg.overwrite:
         for name in LAB_FILES:
-            (out / name).unlink(missing_ok=True)
-        for f in out.glob("alloc_*.json"):
+            (rec / name).unlink(missing_ok=True)
+        for f in rec.glob("alloc_*.json"):
             f.unlink()
+        for name in REPORT_FILES:
+            (out / name).unlink(missing_ok=True)
         return
-    old = _read_doc(out / "lab.json")
+    _old_layout(out)
+    old = _read_doc(rec / "lab.json")
     if old is not None:
         was = old.get("identity")
         if not isinstance(was, dict):
-            raise _damaged(out / "lab.json", "no identity object")
+            raise _damaged(rec / "lab.json", "no identity object")
         diff = [f"{k}: {was.get(k, '<absent>')!r} -> {identity.get(k, '<absent>')!r}"
                 for k in sorted(set(was) | set(identity)) if was.get(k) != identity.get(k)]
         if diff:
-            raise _another_lab(out, f"the results of another lab (changed: {'; '.join(diff)})")
+            raise _another_lab(rec, f"the results of another lab (changed: {'; '.join(diff)})")
         return
     summary = _read_doc(out / "summary.json")
     if summary is not None and not ({"allocations", "probe", "config"} <= set(summary)):
@@ -241,10 +283,11 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
 
     names = allocation_names(cfg.allocations)
     out = Path(cfg.out)
-    with locked_folder(out, field="out"):
+    store = records_dir(out)
+    with locked_folder(store, field="out"):
         tcfg = _train_cfg(cfg)
         identity = _identity(cfg, tcfg)
-        _claim_folder(cfg, out, identity)
+        _claim_folder(cfg, out, store, identity)
         from llm_harness.lab.engine import LabEngine
 
         t_start = time.perf_counter()
@@ -258,18 +301,18 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                     "seed": cfg.seed}
             fp_probe = _fingerprint({**base, "probe_format": PROBE_FORMAT, "alphas": list(cfg.alphas),
                                      "probe_samples": cfg.probe_samples, "score_samples": cfg.score_samples})
-            stored = _read_doc(out / "probe.json")
+            stored = _read_doc(store / "probe.json")
             if stored is not None and stored.get("format") == PROBE_FORMAT and stored.get("fingerprint") != fp_probe:
-                raise _probe_mismatch(out)  # (an older format is recomputed)
-            doc = _load(out / "probe.json", fp_probe)
+                raise _probe_mismatch(store)  # (an older format is recomputed)
+            doc = _load(store / "probe.json", fp_probe)
             if doc is None:
                 probe = run_probe(engine, space, samples=cfg.probe_samples, score_samples=cfg.score_samples,
                                   seed=cfg.seed * 1_000_003 + 17, progress=cfg.progress)
-                write_json(out / "probe.json", {"format": PROBE_FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
+                write_json(store / "probe.json", {"format": PROBE_FORMAT, "fingerprint": fp_probe, **probe.to_plain()})
             else:
-                probe = _load_probe(out / "probe.json", doc, space)
-            if _read_doc(out / "lab.json") is None:  # the folder is this lab's from now on
-                write_json(out / "lab.json", {"format": FORMAT, "identity": identity})
+                probe = _load_probe(store / "probe.json", doc, space)
+            if _read_doc(store / "lab.json") is None:  # the folder is this lab's from now on
+                write_json(store / "lab.json", {"format": FORMAT, "identity": identity})
             preds = predictions(probe, cfg.allocation, names, cfg.group_size)
 
             state_of = functools.partial(state_for, engine, space)
@@ -281,8 +324,8 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
             held = engine.heldout_problems(cfg.heldout)
             for ref in ("pool", "heldout"):
                 fp = _fingerprint({**common, "reference": ref, "batches": cfg.reference_batches, "heldout": cfg.heldout})
-                path = out / f"reference_{ref}.json"
-                vec_path = out / f"reference_{ref}.npy"
+                path = store / f"reference_{ref}.json"
+                vec_path = store / f"reference_{ref}.npy"
                 doc = _load(path, fp)
                 if doc is not None and vec_path.exists():
                     refs[ref] = _load_vector(vec_path, engine.n_params)
@@ -297,7 +340,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                     write_json(path, doc)
                 ref_docs[ref] = doc
                 ref_norm2[f"{ref}_norm2"] = estimate(rec, "mean_sq").value
-            plan = resolution_plan(_parsed(out / "reference_pool.json", lambda d: MomentRecord.from_plain(d["moments"]),
+            plan = resolution_plan(_parsed(store / "reference_pool.json", lambda d: MomentRecord.from_plain(d["moments"]),
                                            ref_docs["pool"]), cfg.batches)
             _say(cfg, plan_text(plan))
             records: dict[str, MomentRecord] = {}
@@ -307,7 +350,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
                                                                                   cfg.group_size)
                 fp = _fingerprint({**common, "allocation": name, "proposal": _proposal_key(prop, cfg.allocation),
                                    "batches": cfg.batches, "references": {k: d["fingerprint"] for k, d in ref_docs.items()}})
-                path = out / f"alloc_{name}.json"
+                path = store / f"alloc_{name}.json"
                 doc = _load(path, fp)
                 if doc is None:
                     shaper = _extra_shaper(engine, cfg.allocation) if prop.shaped else None
@@ -319,9 +362,10 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
             summary = summarise(records, costs, preds, ref_norm2, probe, cfg, engine.n_params)
             summary["plan"] = plan
             if cfg.replay_ages:  # last: it trains the model
-                summary["replay"] = _replay_step(engine, cfg, common, out)
+                summary["replay"] = _replay_step(engine, cfg, common, store)
             summary["wall_s"] = time.perf_counter() - t_start
             summary = json_safe(summary)
+            out.mkdir(parents=True, exist_ok=True)
             write_json(out / "summary.json", summary)
             (out / "report.md").write_text(render_report(summary), encoding="utf-8")
             gain_figure(summary, out / "lab_gain.png")
@@ -330,7 +374,7 @@ def run_lab(cfg: LabConfig) -> dict[str, Any]:
             engine.close()
 
 
-def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], out: Path) -> dict[str, Any]:
+def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], rec: Path) -> dict[str, Any]:
     """``replay.json`` (resumable by its fingerprint) and its rows (:mod:`llm_harness.lab.staleness`)."""
     from llm_harness.lab.staleness import run_staleness, staleness_rows
     from vsr_util.atomic import json_safe, write_json
@@ -348,7 +392,7 @@ def _replay_step(engine: Any, cfg: LabConfig, common: dict[str, Any], out: Path)
                        "batches": cfg.batches, "reference_batches": cfg.reference_batches, "prompts": cfg.prompts,
                        "algo": asdict(tc.algo), "optim": asdict(tc.optim), "model_config": asdict(tc.model),
                        "train_seed": tc.seed, "steps": tc.steps})
-    path = out / "replay.json"
+    path = rec / "replay.json"
     doc = _load(path, fp)
     if doc is None:
         prompts = engine.problems[: cfg.prompts]
@@ -391,24 +435,27 @@ def _extra_shaper(engine: Any, params: AllocationParams) -> Any:
 
 def reanalyze_lab(folder: str | Path) -> dict[str, Any]:
     """Rebuild a finished lab's ``summary.json``, ``report.md`` and ``lab_gain.png`` from its stored records alone (no
-    model, nothing resampled): the allocations' moment records and costs, the reference batches, and the probe section
-    and predictions of the existing summary. For a lab written before the summary had its components."""
+    model, nothing resampled): the allocations' moment records and costs (in :func:`records_dir`), the reference
+    batches, and the probe section and predictions of the existing summary. For a lab written before the summary had
+    its components."""
     from vsr_util.atomic import json_safe, read_json, write_json
 
     out = Path(folder)
+    rec = records_dir(out)
+    _old_layout(out)
     old = _read_doc(out / "summary.json")
     if old is None:
         raise ValueError(f"reanalyze: {out} has no summary.json (run the lab first)")
     records, costs = {}, {}
     for row in old["allocations"]:
-        path = out / f"alloc_{row['name']}.json"
+        path = rec / f"alloc_{row['name']}.json"
         doc = read_json(path)
         records[row["name"]] = _parsed(path, lambda d: MomentRecord.from_plain(d["moments"]), doc)
         costs[row["name"]] = _parsed(path, lambda d: {k: float(v) for k, v in dict(d["cost"]).items()}, doc)
     preds = {row["name"]: row["predicted"] for row in old["allocations"]}
     c = old["config"]
     s = {**old, "allocations": allocation_rows(records, costs, preds, dict(old["reference_norm2"]), c["groups"] * c["group_size"])}
-    ref = out / "reference_pool.json"
+    ref = rec / "reference_pool.json"
     s["plan"] = resolution_plan(_parsed(ref, lambda d: MomentRecord.from_plain(d["moments"]), read_json(ref)), c["batches"])
     s = json_safe(s)
     write_json(out / "summary.json", s)

@@ -2,11 +2,12 @@
 # One-node verl 0.9.1 runs of the toolkit's methods (docs/scaling-out.md). Usage:
 #   scripts/verl/train.sh METHOD [extra Hydra overrides...]
 # METHOD: grpo (verl's own estimator) | vsr_grpo (the toolkit's GRPO) | vsr (VSR prefix replay)
+#         | ps, ps_hard (Prefix Sampling: prefixes of last step's too-hard / too-easy groups; ps_hard keeps hard ones only)
 #         | extra (GRPO + ExTra novelty) | vsr_extra (both) | replay (GRPO + rollout-level |A| replay)
 #         | all (VSR + ExTra + replay) | gigpo, vsr_gigpo (agents: make_data.py --task env, the vsr_env loop;
 #         VSR over interaction states with the paper's agentic rho 0.3, W 5)
 # Env: PYTHON (interpreter with verl, vLLM and this package; default python3), MODEL (local model folder; Qwen2.5-0.5B-Instruct or -1.5B-Instruct for the recipe),
-#      DATA (folder with train.parquet / val.parquet from make_data.py; VSR needs --agent vsr_prefix),
+#      DATA (folder with train.parquet / val.parquet from make_data.py; VSR and PS need --agent vsr_prefix),
 #      OUT (checkpoints and logs), STEPS (default 150), GPUS (default 1), B (prompts per step, 64),
 #      N (samples per prompt, 8), RESP (max response tokens, 1024), PROMPT_LEN (512),
 #      MICRO (rows per forward/backward pass of the actor and the log-prob passes, 8; verl requires it),
@@ -25,6 +26,9 @@ case "$METHOD" in
   grpo)      M=(algorithm.adv_estimator=grpo) ;;
   vsr_grpo)  M=(algorithm.adv_estimator=vsr_grpo) ;;
   vsr)       M=(algorithm.adv_estimator=vsr_grpo +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5) ;;
+  ps)        M=(algorithm.adv_estimator=vsr_grpo +algorithm.vsr.prefix.method=prefix_sampling +algorithm.vsr.prefix.max_share=0.5) ;;
+  ps_hard)   M=(algorithm.adv_estimator=vsr_grpo +algorithm.vsr.prefix.method=prefix_sampling +algorithm.vsr.prefix.max_share=0.5
+                +algorithm.vsr.prefix.hard_only=true) ;;
   extra)     M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0) ;;
   vsr_extra) M=(algorithm.adv_estimator=vsr_extra_grpo +algorithm.vsr.extra.gamma=1.0
                 +algorithm.vsr.prefix.rho=0.5 +algorithm.vsr.prefix.window=5) ;;
@@ -37,11 +41,11 @@ case "$METHOD" in
                 +algorithm.vsr.agent.turn_tokens="${TURN_TOKENS:-256}") ;;
   vsr_gigpo) M=(algorithm.adv_estimator=vsr_gigpo +algorithm.vsr.gigpo.gamma=0.95 +algorithm.vsr.gigpo.step_weight=1.0
                 +algorithm.vsr.agent.turn_tokens="${TURN_TOKENS:-256}" +algorithm.vsr.prefix.rho=0.3 +algorithm.vsr.prefix.window=5) ;;
-  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | extra | vsr_extra | replay | all | gigpo | vsr_gigpo)" >&2; exit 2 ;;
+  *) echo "train.sh: unknown METHOD '$METHOD' (grpo | vsr_grpo | vsr | ps | ps_hard | extra | vsr_extra | replay | all | gigpo | vsr_gigpo)" >&2; exit 2 ;;
 esac
 case "$METHOD" in replay|all) MB="${MB:-$((B / 2))}" ;; *) MB="${MB:-$B}" ;; esac
 case "$METHOD" in
-  vsr|vsr_extra|all) NEED=vsr_prefix HOW="make_data.py --agent vsr_prefix" ;;
+  vsr|ps|ps_hard|vsr_extra|all) NEED=vsr_prefix HOW="make_data.py --agent vsr_prefix" ;;
   gigpo|vsr_gigpo)   NEED=vsr_env HOW="make_data.py --task env (the vsr_env agent loop)" ;;
   *)                 NEED= ;;
 esac

@@ -193,7 +193,7 @@ def test_a_study_with_a_model_that_names_nothing_says_what_it_could_be(tmp_path,
     line = err.splitlines()[0].removeprefix("vsr study hint-ratio: error: ")
     assert re.search(expect, line), line
     assert "Repo id" not in err and "connect" not in err and "Traceback" not in err
-    assert not (out / "study.json").exists()  # refused before the folder records this config
+    assert not (out / "records" / "study.json").exists()  # refused before the folder records this config
 
 
 def test_model_card_names_the_test_bed_and_registered_models(tmp_path):
@@ -328,7 +328,7 @@ def test_eval_and_study_refuse_step_arith_on_a_chat_model(chat_mid, tmp_path, ca
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "cannot be scored on a chat model" in err
-    assert not (out / "chunks").exists()
+    assert not (out / "records" / "chunks").exists()
     # nothing was computed, so the folder takes the corrected run (no --overwrite needed)
     from prefixvalue.store import ChunkStore
 

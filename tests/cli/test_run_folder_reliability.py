@@ -254,7 +254,8 @@ def test_ctrl_c_on_a_study_stops_after_its_last_chunk_and_frees_the_folder(tmp_p
     p = _start("study", "hint-ratio", "--model", "low", "--n-problems", "400", "--chunk-problems", "2",
                "--n-continuations", "2", "--no-progress", "--out", str(out))
     try:
-        _wait_for(lambda: len(list((out / "chunks").glob("*.json"))) >= 1 if (out / "chunks").is_dir() else False,
+        chunks = out / "records" / "chunks"  # the study's records folder (prefixvalue.store.records_dir)
+        _wait_for(lambda: len(list(chunks.glob("*.json"))) >= 1 if chunks.is_dir() else False,
                   240, "the study's first chunk")
         os.killpg(p.pid, signal.SIGINT)
         _, err = p.communicate(timeout=60)

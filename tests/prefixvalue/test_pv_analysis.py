@@ -218,9 +218,11 @@ def test_reanalyze_rewrites_the_summary_from_the_stored_table_without_sampling(t
     monkeypatch.setattr(sigma_validation, "BOOTSTRAP_RESAMPLES", 20)
     cfg = resolved_config("sigma-validation", sigma_validation.SigmaValidationConfig(quick=True, out=str(tmp_path)))
     t = _states(lambda a: a**2, problems=12)
-    t.to_parquet(tmp_path / "results.parquet", index=False)
-    save_config(cfg, tmp_path / "config.yaml")
-    (tmp_path / "study.json").write_text(json.dumps({"format": 1, "study": "sigma-validation", "identity": identity_dict(cfg)}))
+    rec = tmp_path / "records"  # the records folder of a report folder outside figures/ (prefixvalue.store)
+    rec.mkdir()
+    t.to_parquet(rec / "results.parquet", index=False)
+    save_config(cfg, rec / "config.yaml")
+    (rec / "study.json").write_text(json.dumps({"format": 1, "study": "sigma-validation", "identity": identity_dict(cfg)}))
     (tmp_path / "summary.json").write_text(json.dumps({"counts": {"problems": 30, "eligible": 12}, "collect_seconds": 7.5}))
     with pytest.raises(ValueError, match=r"different sigma-validation config.*seed: 0 -> 1"):
         run_study("sigma-validation", dataclasses.replace(cfg, seed=1, reanalyze=True))
@@ -235,8 +237,9 @@ def test_reanalyze_rewrites_the_summary_from_the_stored_table_without_sampling(t
     assert (tmp_path / "sigma_validation.png").is_file() and "calibrated" in (tmp_path / "summary.md").read_text()
     states = pd.read_csv(tmp_path / "sigma_validation_states.csv")
     assert len(states) == len(t) and {"fold", "sigma_hat_calibrated"} <= set(states.columns)
-    with pytest.raises(ValueError, match="lacks"):
+    with pytest.raises(ValueError, match=r"lacks .*empty/records/study.json"):
         run_study("sigma-validation", dataclasses.replace(cfg, out=str(tmp_path / "empty"), reanalyze=True))
+    assert not (tmp_path / "empty").exists()  # a refused reanalysis leaves no folder behind
 
 
 def test_mte_ranking_orders_by_within_problem_strength():

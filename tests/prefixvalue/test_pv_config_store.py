@@ -8,7 +8,7 @@ import math
 import pytest
 
 from prefixvalue.config import StudyConfig, config_diff, identity_dict, parse_task_params, resolve
-from prefixvalue.store import ChunkStore
+from prefixvalue.store import ChunkStore, check_no_old_layout, move_study_records, old_layout_records, records_dir
 from prefixvalue.studies.hint_ratio import HintRatioConfig
 from prefixvalue.studies.prefix_selection import PrefixSelectionConfig
 
@@ -88,7 +88,60 @@ def test_chunk_store_refuses_other_config_or_study(tmp_path):
         ChunkStore(tmp_path, "other", {"seed": 0, "n": 5})
     s = ChunkStore(tmp_path, "demo", {"seed": 1, "n": 5}, overwrite=True)
     assert not s.done(0)
-    assert json.loads((tmp_path / "study.json").read_text())["identity"] == {"seed": 1, "n": 5}
+    assert json.loads((tmp_path / "records" / "study.json").read_text())["identity"] == {"seed": 1, "n": 5}
+
+
+def test_chunk_store_keeps_records_in_the_store_and_overwrite_clears_both_folders(tmp_path):
+    fig = tmp_path / "figures" / "prefixvalue" / "demo"
+    s = ChunkStore(fig, "demo", {"seed": 0})
+    store = tmp_path / "records" / "prefixvalue" / "demo"
+    assert s.records_dir == store == records_dir(fig) and s.chunk_dir == store / "chunks"
+    assert (store / "study.json").is_file() and fig.is_dir() and not (fig / "study.json").exists()
+    s.save(0, [{"a": 1}], {"problems": 1, "eligible": 1})
+    (store / "results.parquet").write_bytes(b"table")
+    for name in ("summary.json", "summary.md", "timings.json"):
+        (fig / name).write_text("{}")
+    (fig / "demo.png").write_bytes(b"png")
+    assert ChunkStore(fig, "demo", {"seed": 0}).done(0)  # resumes
+    ChunkStore(fig, "demo", {"seed": 1}, overwrite=True)
+    assert not (store / "chunks" / "00000.json").exists() and not (store / "results.parquet").exists()
+    assert {p.name for p in fig.iterdir()} == {"demo.png"}  # the summary built from the records went with them
+    assert records_dir(tmp_path / "trial") == tmp_path / "trial" / "records"
+
+
+def test_records_left_in_the_report_folder_are_refused_and_moved(tmp_path):
+    fig = tmp_path / "figures" / "real_model" / "demo"
+    fig.mkdir(parents=True)
+    (fig / "config.yaml").write_text("seed: 0\n")
+    (fig / "summary.json").write_text("{}")
+    assert old_layout_records(fig) == []  # a config and a report alone (a model card, say) are no study's records
+    check_no_old_layout(fig)
+    with pytest.raises(ValueError, match="no study records"):
+        move_study_records(fig)
+    (fig / "study.json").write_text(json.dumps({"format": 1, "study": "demo", "identity": {"seed": 0}}))
+    (fig / "results.parquet").write_bytes(b"table")
+    (fig / "chunks").mkdir()
+    (fig / "chunks" / "00000.json").write_text("{}")
+    store = tmp_path / "records" / "real_model" / "demo"
+    for refused in (lambda: ChunkStore(fig, "demo", {"seed": 0}), lambda: ChunkStore(fig, "demo", {"seed": 0}, overwrite=True),
+                    lambda: check_no_old_layout(fig)):
+        with pytest.raises(ValueError) as err:
+            refused()
+        msg = str(err.value)
+        assert f"{fig} holds a study's records (study.json, config.yaml, chunks/, results.parquet)" in msg
+        assert f"they belong in {store} now" in msg
+        assert f"python -c \"from prefixvalue.store import move_study_records; move_study_records({str(fig)!r})\"" in msg
+    assert not store.exists() and (fig / "chunks" / "00000.json").is_file()  # nothing written, nothing discarded
+    store.mkdir(parents=True)
+    (store / "study.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"already holds study records \(study.json\); merge them"):
+        move_study_records(fig)
+    (store / "study.json").unlink()
+    assert move_study_records(fig) == store
+    assert {p.name for p in store.iterdir()} == {"study.json", "config.yaml", "chunks", "results.parquet"}
+    assert {p.name for p in fig.iterdir()} - {".vsr.lock"} == {"summary.json"}
+    s = ChunkStore(fig, "demo", {"seed": 0})  # the moved records resume
+    assert s.done(0) and (store / "results.parquet").read_bytes() == b"table"
 
 
 def test_resolve_keeps_infinite_bounds_finite_elsewhere():

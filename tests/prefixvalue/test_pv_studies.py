@@ -12,6 +12,7 @@ from prefixvalue import registry
 from prefixvalue.figures import TINY
 from prefixvalue.registry import get_study, study_names
 from prefixvalue.runner import NoEligibleProblemsError, resolved_config, run_study
+from prefixvalue.store import move_study_records, records_dir
 from vsr_util.registry import Registry
 
 FIGURE = {"hint-ratio": "hint_ratio", "failed-prefix": "failed_prefix", "sigma-validation": "sigma_validation",
@@ -97,7 +98,7 @@ def test_registry_lists_the_five_studies_and_rejects_duplicates():
 def test_study_runs_end_to_end_on_the_testbed(name, testbed, tmp_path):
     backend, tok = testbed
     out = run_study(name, tiny(name, tmp_path), backend=backend, tokenizer=tok)
-    table = pd.read_parquet(out / "results.parquet")
+    table = pd.read_parquet(records_dir(out) / "results.parquet")
     assert len(table) > 0 and COLUMNS[name] <= set(table.columns)
     check_invariants(name, table)
     assert not (out / "results.csv").exists()  # parquet only (prefixvalue.store's module doc)
@@ -107,13 +108,13 @@ def test_study_runs_end_to_end_on_the_testbed(name, testbed, tmp_path):
     assert "collect_seconds" not in summary and json.loads((out / "timings.json").read_text())["collect_seconds"] > 0
     assert (out / "summary.md").read_text().startswith("# ")
     assert (out / f"{FIGURE[name]}.png").stat().st_size > 1000 and not (out / f"{FIGURE[name]}.pdf").exists()
-    assert (out / "config.yaml").is_file()
+    assert (records_dir(out) / "config.yaml").is_file() and not (out / "config.yaml").exists()
 
 
 def test_interrupted_study_resumes_to_the_same_table(testbed, tmp_path, monkeypatch):
     backend, tok = testbed
     cfg_a = tiny("hint-ratio", tmp_path / "a")
-    ref = pd.read_parquet(run_study("hint-ratio", cfg_a, backend=backend, tokenizer=tok) / "results.parquet")
+    ref = pd.read_parquet(records_dir(run_study("hint-ratio", cfg_a, backend=backend, tokenizer=tok)) / "results.parquet")
 
     calls = []
     study = get_study("hint-ratio")
@@ -126,10 +127,10 @@ def test_interrupted_study_resumes_to_the_same_table(testbed, tmp_path, monkeypa
     monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
     cfg_b = dataclasses.replace(cfg_a, out=str(tmp_path / "b"))
     out = run_study("hint-ratio", cfg_b, backend=backend, tokenizer=tok, stop_after_chunks=1)  # "interrupted"
-    assert calls == [0] and not (out / "results.parquet").exists()
+    assert calls == [0] and not (records_dir(out) / "results.parquet").exists()
     run_study("hint-ratio", cfg_b, backend=backend, tokenizer=tok)
     assert calls == [0, 1]  # chunk 0 was not recomputed
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), ref)
+    pd.testing.assert_frame_equal(pd.read_parquet(records_dir(out) / "results.parquet"), ref)
 
     with pytest.raises(ValueError, match=r"different hint-ratio config.*seed: 0 -> 1"):
         run_study("hint-ratio", dataclasses.replace(cfg_b, seed=1), backend=backend, tokenizer=tok)
@@ -158,13 +159,88 @@ def test_a_study_grown_or_shrunk_in_problems_keeps_the_chunks_both_sizes_share(t
     out = run_study("hint-ratio", grown, backend=backend, tokenizer=tok)
     assert calls[2:] == [(1, size)]
     fresh = run_study("hint-ratio", dataclasses.replace(grown, out=str(tmp_path / "fresh")), backend=backend, tokenizer=tok)
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), pd.read_parquet(fresh / "results.parquet"))
+    pd.testing.assert_frame_equal(pd.read_parquet(records_dir(out) / "results.parquet"),
+                                  pd.read_parquet(records_dir(fresh) / "results.parquet"))
     n = len(calls)
     shrunk = run_study("hint-ratio", dataclasses.replace(grown, n_problems=size), backend=backend, tokenizer=tok)
     assert calls[n:] == []  # chunk 0 alone: nothing to sample
-    assert len(pd.read_parquet(shrunk / "results.parquet").problem_id.unique()) == size
+    assert len(pd.read_parquet(records_dir(shrunk) / "results.parquet").problem_id.unique()) == size
     with pytest.raises(ValueError, match=r"different hint-ratio config.*chunk_problems"):  # other chunks: refused
         run_study("hint-ratio", dataclasses.replace(grown, chunk_problems=size + 1), backend=backend, tokenizer=tok)
+
+
+def test_a_study_keeps_its_records_in_the_store_and_its_report_in_out(testbed, tmp_path, monkeypatch, capsys):
+    """records (study.json, config.yaml, chunks/, results.parquet) go to ``store_folder(out)``: ``out/records`` for a
+    trial folder, ``records/<path>`` beside ``figures/`` for a committed one; the report stays in ``out``."""
+    backend, tok = testbed
+    calls = []
+    study = get_study("hint-ratio")
+
+    def counting(ctx, problems, chunk):
+        calls.append(chunk)
+        return study.collect(ctx, problems, chunk)
+
+    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
+    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    out = tmp_path / "trial"
+    cfg = tiny("hint-ratio", out)
+    assert run_study("hint-ratio", cfg, backend=backend, tokenizer=tok, stop_after_chunks=1) == out
+    rec = out / "records"
+    assert records_dir(out) == rec and (rec / "study.json").is_file() and (rec / "config.yaml").is_file()
+    assert [p.name for p in (rec / "chunks").iterdir()] == ["00000.json"]
+    run_study("hint-ratio", cfg, backend=backend, tokenizer=tok)  # resumes from the chunk in the records folder
+    assert calls == [0, 1] and "resuming, 1 of 2 chunks already in " + str(rec) in capsys.readouterr().err
+    assert {p.name for p in rec.iterdir()} == {"study.json", "config.yaml", "chunks", "results.parquet", ".vsr.lock"}
+    assert {"summary.json", "summary.md", "hint_ratio.png", "timings.json", "records"} <= {p.name for p in out.iterdir()}
+    assert not {"study.json", "config.yaml", "chunks", "results.parquet"} & {p.name for p in out.iterdir()}
+    summary = (out / "summary.json").read_bytes()
+    run_study("hint-ratio", dataclasses.replace(cfg, reanalyze=True), backend=backend, tokenizer=tok)
+    assert json.loads((out / "summary.json").read_bytes()) == {**json.loads(summary), "reanalyzed": True}
+    with pytest.raises(ValueError, match=r"different hint-ratio config \(its records: .*trial/records\).*seed: 0 -> 1"):
+        run_study("hint-ratio", dataclasses.replace(cfg, seed=1), backend=backend, tokenizer=tok)
+
+    # a committed report folder: its records beside figures/, at the same relative path
+    fig = tmp_path / "repo" / "figures" / "prefixvalue" / "hint-ratio"
+    run_study("hint-ratio", dataclasses.replace(cfg, out=str(fig)), backend=backend, tokenizer=tok)
+    store = tmp_path / "repo" / "records" / "prefixvalue" / "hint-ratio"
+    assert records_dir(fig) == store and (store / "results.parquet").is_file() and (store / "study.json").is_file()
+    assert not (fig / "records").exists() and (fig / "summary.json").is_file() and not (fig / "results.parquet").exists()
+    assert calls == [0, 1, 0, 1]
+    run_study("hint-ratio", dataclasses.replace(cfg, out=str(fig), overwrite=True), backend=backend, tokenizer=tok)
+    assert calls == [0, 1, 0, 1, 0, 1] and (store / "results.parquet").is_file()  # overwrite discards the records
+
+
+def test_a_study_refuses_records_left_in_its_report_folder_and_names_the_move(testbed, tmp_path, monkeypatch):
+    """the layout before the records store (study.json, chunks/, results.parquet inside ``out``) is refused, not
+    silently started over; ``move_study_records`` moves them and the study resumes from them."""
+    backend, tok = testbed
+    fig = tmp_path / "figures" / "prefixvalue" / "hint-ratio"
+    cfg = tiny("hint-ratio", fig)
+    run_study("hint-ratio", cfg, backend=backend, tokenizer=tok, stop_after_chunks=1)
+    store = tmp_path / "records" / "prefixvalue" / "hint-ratio"
+    for name in ("study.json", "config.yaml", "chunks"):  # an interrupted run of the old layout
+        (store / name).rename(fig / name)
+    calls = []
+    study = get_study("hint-ratio")
+
+    def counting(ctx, problems, chunk):
+        calls.append(chunk)
+        return study.collect(ctx, problems, chunk)
+
+    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
+    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    for variant in (cfg, dataclasses.replace(cfg, overwrite=True), dataclasses.replace(cfg, reanalyze=True)):
+        with pytest.raises(ValueError) as err:
+            run_study("hint-ratio", variant, backend=backend, tokenizer=tok)
+        msg = str(err.value)
+        assert msg.startswith(f"out: {fig} holds a study's records (study.json, config.yaml, chunks/)")
+        assert f"they belong in {store} now" in msg and "move_study_records(" + repr(str(fig)) + ")" in msg
+    assert calls == [] and (fig / "chunks" / "00000.json").is_file()  # nothing sampled, nothing discarded
+    assert move_study_records(fig) == store
+    assert {p.name for p in store.iterdir()} - {".vsr.lock"} == {"study.json", "config.yaml", "chunks"}
+    run_study("hint-ratio", cfg, backend=backend, tokenizer=tok)
+    assert calls == [1]  # resumed from the moved chunk
+    assert (store / "results.parquet").is_file() and (fig / "summary.json").is_file()
 
 
 def test_filter_leaving_no_problem_is_a_clear_error(testbed, tmp_path):

@@ -8,7 +8,9 @@
 * :mod:`.replay` — ``replay_tables`` (the Replay paper's Tables 1–4 and 9), ``replay_aes`` (Table 13);
 * :mod:`.extra` — ``extra_tables`` (ExTra Tables 1, 5, 6), ``passk``, ``extra_dynamics`` (Fig. 2),
   ``prompt_efficiency`` (Fig. 3);
-* :mod:`.agents` — ``agent_accounting`` (tokens, actions and success-mixed groups of multi-turn runs).
+* :mod:`.agents` — ``agent_accounting`` (tokens, actions and success-mixed groups of multi-turn runs);
+* :mod:`.prefix` — ``prefix_dynamics`` (the prefix-restart family's training stream: mixed groups, bare-prompt pass
+  rate, prefix share, tokens and seconds per update).
 
 A section is ``fn(cfg, jobs, summary, suite, out) -> list[str]`` (markdown lines; it may save figures and CSVs in
 ``out``), registered under its name with :func:`register_section`. Sections look arms up by the suite's data
@@ -27,7 +29,7 @@ __all__ = ["SECTIONS", "load_sections", "register_section"]
 SECTIONS: Registry[Any] = Registry("report section")
 
 #: the modules that register the built-in sections
-SECTION_MODULES = ("common", "vsr", "replay", "extra", "agents")
+SECTION_MODULES = ("common", "vsr", "replay", "extra", "agents", "prefix")
 
 
 def register_section(name: str):

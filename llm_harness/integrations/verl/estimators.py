@@ -65,7 +65,10 @@ class GroupParams:
     gigpo: Mapping[str, Any] = field(default_factory=dict)
     """``algorithm.vsr.gigpo.*`` (:class:`~llm_harness.trainer.gigpo.GiGPOParams`), read by ``vsr_gigpo`` only."""
     prefix: Mapping[str, Any] = field(default_factory=dict)
-    """``algorithm.vsr.prefix.*`` (:class:`~llm_harness.methods.vsr.VSRConfig`), read by the ``vsr_prefix`` agent loop."""
+    """``algorithm.vsr.prefix.*``: the prefix buffer's plug-in, read by the ``vsr_prefix`` and ``vsr_env`` agent loops —
+    ``method`` (``vsr``, the default, or ``prefix_sampling``; :data:`~llm_harness.integrations.verl.prefix_buffer.PREFIX_METHODS`)
+    and the fields of its config (:class:`~llm_harness.methods.vsr.VSRConfig` /
+    :class:`~llm_harness.methods.prefix_sampling.PrefixSamplingConfig`)."""
     agent: Mapping[str, Any] = field(default_factory=dict)
     """``algorithm.vsr.agent.*``: ``turn_tokens`` (reply budget per turn, default 8) and ``max_turns`` (0: the
     environment's own limit), read by the ``vsr_env`` agent loop."""

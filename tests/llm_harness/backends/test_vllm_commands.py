@@ -38,7 +38,7 @@ def test_study_quick_on_vllm(study, tmp_path):
     vsr("study", study, "--quick", "--backend", "vllm", "--no-progress", "--out", str(tmp_path / study))
     summary = json.loads((tmp_path / study / "summary.json").read_text())
     assert summary  # the study's own summary was written
-    assert (tmp_path / study / "config.yaml").read_text().count("backend: vllm") == 1
+    assert (tmp_path / study / "records" / "config.yaml").read_text().count("backend: vllm") == 1  # records_dir
 
 
 def test_eval_text_and_env_on_vllm(tmp_path):

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from llm_harness.lab.config import LabConfig
-from llm_harness.lab.run import run_lab
+from llm_harness.lab.run import move_lab_records, records_dir, reanalyze_lab, run_lab
 
 ROOT = Path(__file__).resolve().parents[3]
 POOL = ROOT / "figures" / "compare_vsr_regime" / "pool.json"
-RESULTS = ("probe.json", "reference_pool.json", "reference_pool.npy", "alloc_uniform.json", "summary.json", "report.md")
+RECORDS = ("probe.json", "reference_pool.json", "reference_pool.npy", "alloc_uniform.json")
+REPORT = ("summary.json", "report.md")
 
 
 def _cfg(out: Path, **kw) -> LabConfig:
@@ -55,17 +56,18 @@ def lab(finished, tmp_path, monkeypatch) -> Path:
 
 
 def _contents(out: Path) -> dict[str, bytes]:
-    return {f: (out / f).read_bytes() for f in RESULTS}
+    rec = records_dir(out)
+    return {**{f: (rec / f).read_bytes() for f in RECORDS}, **{f: (out / f).read_bytes() for f in REPORT}}
 
 
 def test_the_folder_of_another_lab_is_refused_before_the_model_loads(lab, monkeypatch):
     import llm_harness.lab.engine as engine_mod
 
-    identity = json.loads((lab / "lab.json").read_text())["identity"]
+    identity = json.loads((records_dir(lab) / "lab.json").read_text())["identity"]
     assert identity["seed"] == 0 and identity["prompts"] == 2 and identity["model"].endswith("checkpoints/low")
     before = _contents(lab)
     monkeypatch.setattr(engine_mod, "LabEngine", lambda *a, **k: pytest.fail("the model was loaded"))
-    with pytest.raises(ValueError, match=rf"^out: {lab} holds the results of another lab \(changed: prompts: 2 -> 3; "
+    with pytest.raises(ValueError, match=rf"^out: {records_dir(lab)} holds the results of another lab \(changed: prompts: 2 -> 3; "
                                          r"seed: 0 -> 1\); choose another output folder or pass --overwrite"):
         run_lab(_cfg(lab, seed=1, prompts=3))
     assert _contents(lab) == before
@@ -74,23 +76,23 @@ def test_the_folder_of_another_lab_is_refused_before_the_model_loads(lab, monkey
 def test_overwrite_discards_the_other_labs_results(lab):
     before = _contents(lab)
     run_lab(_cfg(lab, seed=1, overwrite=True))
-    assert json.loads((lab / "lab.json").read_text())["identity"]["seed"] == 1
-    assert (lab / "probe.json").read_bytes() != before["probe.json"]
+    assert json.loads((records_dir(lab) / "lab.json").read_text())["identity"]["seed"] == 1
+    assert (records_dir(lab) / "probe.json").read_bytes() != before["probe.json"]
     assert json.loads((lab / "summary.json").read_text())["config"]["seed"] == 1
 
 
 def test_a_folder_without_lab_json_is_judged_by_its_probe(lab):
     """A lab folder written before ``lab.json`` existed (the committed ones): another lab's probe is refused after the
     model loads, before anything is written; the same lab resumes and records its identity."""
-    (lab / "lab.json").unlink()
+    (records_dir(lab) / "lab.json").unlink()
     before = _contents(lab)
     with pytest.raises(ValueError, match=r"holds the results of another lab: its probe.json was made from other problems "
                                          r"or settings .*--overwrite"):
         run_lab(_cfg(lab, seed=1))
-    assert _contents(lab) == before and not (lab / "lab.json").exists()
+    assert _contents(lab) == before and not (records_dir(lab) / "lab.json").exists()
     run_lab(_cfg(lab))
     assert _contents(lab)["probe.json"] == before["probe.json"]  # reused, not recomputed
-    assert json.loads((lab / "lab.json").read_text())["identity"]["seed"] == 0
+    assert json.loads((records_dir(lab) / "lab.json").read_text())["identity"]["seed"] == 0
 
 
 def test_a_changed_knob_is_still_the_same_lab(lab):
@@ -99,6 +101,40 @@ def test_a_changed_knob_is_still_the_same_lab(lab):
     after = _contents(lab)
     assert after["probe.json"] == before["probe.json"] and after["reference_pool.npy"] == before["reference_pool.npy"]
     assert after["alloc_uniform.json"] != before["alloc_uniform.json"]
+
+
+def test_records_go_to_the_store_and_the_report_to_out(finished, tmp_path, monkeypatch):
+    """A report folder under ``figures/`` keeps its records at the same path under ``records/`` beside it; a trial
+    folder keeps them inside; ``--reanalyze`` reads them from there and rebuilds the report byte for byte."""
+    assert records_dir(finished) == finished / "records"
+    assert {f.name for f in finished.iterdir()} >= set(REPORT) and not (finished / "probe.json").exists()
+    assert records_dir(tmp_path / "figures" / "lab" / "real") == tmp_path / "records" / "lab" / "real"
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "figures" / "lab" / "x"
+    shutil.copytree(finished, out, ignore=shutil.ignore_patterns(".vsr.lock", "records"))
+    shutil.copytree(records_dir(finished), records_dir(out), ignore=shutil.ignore_patterns(".vsr.lock"))
+    before = (out / "summary.json").read_bytes(), (out / "report.md").read_bytes()
+    reanalyze_lab(out)
+    assert ((out / "summary.json").read_bytes(), (out / "report.md").read_bytes()) == before
+
+
+def test_records_left_in_the_report_folder_are_refused_until_moved(finished, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "figures" / "lab" / "old"
+    shutil.copytree(finished, out, ignore=shutil.ignore_patterns(".vsr.lock", "records"))
+    for f in records_dir(finished).iterdir():  # the layout before the store: records beside the report
+        if f.is_file() and f.name != ".vsr.lock":
+            shutil.copyfile(f, out / f.name)
+    for call in (lambda: run_lab(_cfg(out)), lambda: reanalyze_lab(out)):
+        with pytest.raises(ValueError, match=r"holds a lab's records \(.*probe.json.*\) from before they moved to the "
+                                             r"records store; move them to .*records/lab/old with .*move_lab_records"):
+            call()
+    moved = move_lab_records(out)
+    assert {p.name for p in moved} >= {"probe.json", "alloc_uniform.json", "lab.json"}
+    assert all(p.parent == tmp_path / "records" / "lab" / "old" for p in moved) and not (out / "probe.json").exists()
+    before = (out / "summary.json").read_bytes()
+    reanalyze_lab(out)
+    assert (out / "summary.json").read_bytes() == before
 
 
 def test_another_commands_summary_is_not_overwritten(tmp_path, monkeypatch):
@@ -134,8 +170,8 @@ def _drop_key(path: Path, key: str) -> None:
 ], ids=["probe-array-short", "probe-not-an-object", "probe-not-utf8", "npy-truncated", "npy-wrong-length",
         "reference-no-moments", "alloc-no-cost"])
 def test_a_damaged_result_file_is_named(lab, name, damage):
-    damage(lab / name)
-    with pytest.raises(ValueError, match=rf"^out: {lab / name} is damaged \(.*\); delete it to recompute that step"):
+    damage(records_dir(lab) / name)
+    with pytest.raises(ValueError, match=rf"^out: {records_dir(lab) / name} is damaged \(.*\); delete it to recompute that step"):
         run_lab(_cfg(lab))
 
 

@@ -12,7 +12,7 @@ import pytest
 from llm_harness.lab.allocations import ALLOCATIONS, AllocationParams, Proposal, allocation_names, register_allocation
 from llm_harness.lab.probe import ProbeResult, build_state_space
 from llm_harness.lab.config import LabConfig
-from llm_harness.lab.run import run_lab
+from llm_harness.lab.run import records_dir, run_lab
 from llm_harness.lab.summary import predictions
 from vsr.cli import main
 
@@ -33,8 +33,9 @@ def test_lab_runs_reports_and_resumes(tmp_path, monkeypatch):
     cfg = _tiny(tmp_path)
     s = run_lab(cfg)
     out = Path(cfg.out)
-    for f in ("probe.json", "reference_pool.json", "reference_heldout.json", "alloc_uniform.json", "alloc_extra.json",
-              "summary.json", "report.md"):
+    for f in ("probe.json", "reference_pool.json", "reference_heldout.json", "alloc_uniform.json", "alloc_extra.json"):
+        assert (records_dir(out) / f).is_file(), f
+    for f in ("summary.json", "report.md"):
         assert (out / f).is_file(), f
     doc = json.loads((out / "summary.json").read_text())
     assert [r["name"] for r in doc["allocations"]] == list(cfg.allocations)
@@ -79,14 +80,14 @@ def test_lab_runs_reports_and_resumes(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="no summary.json"):
         lab_command(_C(out=str(tmp_path / "empty"), reanalyze=True, progress=False))
     # a rerun reuses every finished step: identical records, nothing resampled
-    before = {f: (out / f).read_text() for f in ("probe.json", "alloc_uniform.json", "alloc_vsr_linear.json")}
+    before = {f: (records_dir(out) / f).read_text() for f in ("probe.json", "alloc_uniform.json", "alloc_vsr_linear.json")}
     run_lab(cfg)
-    assert {f: (out / f).read_text() for f in before} == before
+    assert {f: (records_dir(out) / f).read_text() for f in before} == before
     # a changed knob recomputes only what depends on it
     cfg2 = _tiny(tmp_path, allocation=AllocationParams(rho=0.25))
     run_lab(cfg2)
-    assert (out / "alloc_uniform.json").read_text() == before["alloc_uniform.json"]
-    assert (out / "alloc_vsr_linear.json").read_text() != before["alloc_vsr_linear.json"]
+    assert (records_dir(out) / "alloc_uniform.json").read_text() == before["alloc_uniform.json"]
+    assert (records_dir(out) / "alloc_vsr_linear.json").read_text() != before["alloc_vsr_linear.json"]
 
 
 def test_state_space_and_predictions_from_a_synthetic_probe():

@@ -104,7 +104,7 @@ def test_replay_refuses_nucleus_sampling(tmp_path, monkeypatch):
     import yaml
 
     from llm_harness.lab.config import LabConfig
-    from llm_harness.lab.run import run_lab
+    from llm_harness.lab.run import records_dir, run_lab
 
     cfg_path = tmp_path / "nucleus.yaml"
     cfg_path.write_text(yaml.safe_dump({"extends": str(ROOT / "configs" / "regime_grpo.yaml"), "rollout": {"top_p": 0.9}}))
@@ -118,7 +118,7 @@ def test_replay_refuses_nucleus_sampling(tmp_path, monkeypatch):
 def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     from llm_harness.lab.config import LabConfig
-    from llm_harness.lab.run import run_lab
+    from llm_harness.lab.run import records_dir, run_lab
 
     cfg = LabConfig(train_config=str(ROOT / "configs" / "regime_grpo.yaml"),
                     pool=str(ROOT / "figures" / "compare_vsr_regime" / "pool.json"), prompts=8, probe_samples=4,
@@ -126,7 +126,7 @@ def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
                     allocations=("uniform",), replay_ages=(1, 2), out=str(tmp_path / "lab"), progress=False)
     s = run_lab(cfg)
     out = Path(cfg.out)
-    doc = json.loads((out / "replay.json").read_text())
+    doc = json.loads((records_dir(out) / "replay.json").read_text())
     assert doc["tau"] == 2 and len(doc["train"]) == 2 and sorted(doc["records"]) == sorted(replay_names((1, 2)))
     rows = {r["name"]: r for r in s["replay"]["rows"]}
     assert set(rows) == set(replay_names((1, 2))) and rows["uniform"]["signal_scale"] == 1.0 == rows["uniform"]["variance_side"]
@@ -137,6 +137,6 @@ def test_lab_replay_step_trains_reports_and_resumes(tmp_path, monkeypatch):
     costs = doc["costs"]
     assert "weight_ess_frac" in costs["replay_a1_iw"] and 0.0 < costs["replay_a1_iw"]["weight_ess_frac"] <= 1.0 + 1e-12
     assert costs["replay_a1_iw"]["log_weight_abs_mean"] >= 0.0 and "weight_ess_frac" not in costs["replay_a1"]
-    before = (out / "replay.json").read_text()
+    before = (records_dir(out) / "replay.json").read_text()
     run_lab(cfg)  # resumes: no training, no new draws
-    assert (out / "replay.json").read_text() == before
+    assert (records_dir(out) / "replay.json").read_text() == before
