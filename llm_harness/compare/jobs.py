@@ -96,6 +96,9 @@ class CompareConfig:
     """The suite's records folder, its siblings' beside it (``DIR/../compare_<sibling>``); default: from the report
     folder (:func:`llm_harness.compare.records.records_folder`): ``records/compare_<suite>`` for a report folder in
     ``figures/`` (the committed suites), else ``OUT/records``."""
+    list_suites: bool = False
+    """Print every registered suite (name, arms, regimes, seeds x updates, the suites it shares records with) and
+    exit without training."""
 
     def __post_init__(self) -> None:
         s = SUITES.lookup(self.suite, "suite")

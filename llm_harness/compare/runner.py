@@ -78,11 +78,31 @@ def _execute(job: Job) -> dict[str, Any]:
 
         out["rc"] = int(train(cfg))
         out["train_fingerprint"] = config_fingerprint(cfg)  # the metrics rows carry it too (records.verify_record)
+    from llm_harness.trainer.loop import EVAL_OUTCOMES
+
+    outcomes = _eval_outcomes(d / EVAL_OUTCOMES)
+    if outcomes is not None:
+        out["eval_outcomes"] = outcomes
     out["wall_s"] = time.perf_counter() - t0
     out["config"] = job.resolved()
     out["pool_sha256"] = job.pool_sha256()
     write_json(d / "done.json", out)
     return out
+
+
+def _eval_outcomes(path: Path) -> dict[str, Any] | None:
+    """The final validation's per-problem outcomes for ``done.json`` (the trainer's ``eval_outcomes.json``): step, k,
+    the sha256 of the problem ids in order (arms pair on it) and each problem's correct count; None without the file."""
+    import hashlib
+    import json
+
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    ids = [str(p) for p in doc["problem_ids"]]
+    return {"step": int(doc["step"]), "k": int(doc["k"]), "problems": len(ids),
+            "problem_ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
+            "correct": [int(c) for c in doc["correct"]]}
 
 
 def check_jobs(jobs: list[Job]) -> None:
@@ -134,6 +154,21 @@ def _collect(cfg: CompareConfig, bar: Any) -> int:
     return failures
 
 
+def suite_list() -> str:
+    """One line per registered suite: name, arms, regimes, seeds x updates, shared records (``--list-suites``)."""
+    from llm_harness.compare.suite import SUITES
+
+    lines = []
+    for name in sorted(SUITES):
+        s = SUITES[name]
+        size = (f"{s.sizes['seeds']} seeds x {s.sizes['steps']} updates" if {"seeds", "steps"} <= set(s.sizes)
+                else "vsr compare's default sizes")
+        shares = f"; records shared with {', '.join(s.shares_records_with)}" if s.shares_records_with else ""
+        lines.append(f"{name}: {len(s.methods)} arms ({', '.join(m.name for m in s.methods)}), "
+                     f"{len(s.regimes)} regime(s), {size}{shares}")
+    return "\n".join(lines)
+
+
 def run(cfg: CompareConfig) -> int:
     """Train what is missing, then write the report; exit code 1 if a run failed. The suite's run folder and its
     records folder are locked for the whole call (:mod:`vsr_util.runlock`): a second ``vsr compare`` of the same suite
@@ -142,6 +177,9 @@ def run(cfg: CompareConfig) -> int:
 
     from vsr_util.runlock import locked_folder
 
+    if cfg.list_suites:
+        print(suite_list())
+        return 0
     if cfg.records:
         check_not_in_report_folder(cfg)  # before the lock creates the store's folder
     with ExitStack() as stack:

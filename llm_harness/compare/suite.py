@@ -281,7 +281,7 @@ register_suite(
         min_effect=0.02,
         # is VSR better than static expert resets, and how much of it remains without expert information?
         ablations=(("vsr", "static_expert"), ("vsr", "vsr_policy")),
-        sections=("pool", "assumptions", "curriculum", "calibration", "ablations", "family_passk"),
+        sections=("pool", "assumptions", "curriculum", "calibration", "ablations", "family_passk", "crossed_intervals"),
     )
 )
 
@@ -313,7 +313,7 @@ register_suite(
         min_effect=0.02,
         # PS against its own hard half, and policy-only VSR against the policy-only prefix methods
         ablations=(("ps", "ps_hard"), ("vsr_policy", "ps"), ("vsr_policy", "pros")),
-        sections=("pool", "prefix_dynamics", "ablations", "family_passk"),
+        sections=("pool", "prefix_dynamics", "ablations", "family_passk", "crossed_intervals"),
         shares_records_with=("vsr_regime",),
     )
 )

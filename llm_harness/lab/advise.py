@@ -2,7 +2,8 @@
 
 It runs the lab's probe (:mod:`llm_harness.lab.probe`: pass rates of the pool's prompts and of prefix states of their
 reference solutions, lengths, score norms) at a small size, predicts every allocation's SNR per generated token
-relative to GRPO's uniform prompts from VSR App. B (:mod:`llm_harness.lab.predict`), with percentile-bootstrap
+relative to GRPO's uniform prompts from VSR App. B (:func:`llm_harness.lab.summary.predictions` over
+:mod:`llm_harness.lab.predict`, the lab's own prediction step), with percentile-bootstrap
 intervals over prompts (a prompt and its prefix states resampled together), tunes each allocation's main knob
 (VSR's ρ, the prompt-level ε) on the prediction, and prints a recommendation. It realises nothing: what it cannot
 know (the signal of a biased allocation, ExTra's bonus, staleness of replay) it says, and points to ``vsr lab``.

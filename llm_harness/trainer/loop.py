@@ -96,6 +96,8 @@ def check_registries(cfg: TrainConfig) -> None:
 
 #: top-level config fields a resume may change; everything else is fingerprinted
 RESUMABLE_FIELDS = ("steps", "run", "validation")
+#: the latest validation's per-problem outcomes in the run folder (:meth:`Trainer.validate`)
+EVAL_OUTCOMES = "eval_outcomes.json"
 
 
 def config_fingerprint(cfg: TrainConfig) -> str:
@@ -747,7 +749,20 @@ class Trainer:
             out[f"val_pass_at_{j}"] = val
         for key in ("length_mean", "length_correct", "length_incorrect", "distinct_4", "self_bleu_4", "logdet"):
             out[f"val_{key}"] = None if res[key] is None else float(res[key])
+        self._write_eval_outcomes(sp.k, res["problem_ids"], res["problem_correct"])
         return out
+
+    def _write_eval_outcomes(self, k: int, problem_ids: list[str], correct: list[int]) -> None:
+        """``eval_outcomes.json`` in the run folder (atomic; the latest validation's): each evaluated problem's id and
+        its number of correct samples out of ``k``, so a comparison can count the problems as a sample too
+        (:func:`theory.metrics.crossed_contrast`); ``metrics.jsonl`` keeps only the averages."""
+        from vsr_util.atomic import write_json
+
+        if not self.run_dir.is_dir():  # a trainer built to evaluate only, before its run folder exists: nothing kept
+            return
+        write_json(self.run_dir / EVAL_OUTCOMES, {"format": 1, "step": int(self.step), "k": int(k),
+                                                  "problem_ids": [str(p) for p in problem_ids],
+                                                  "correct": [int(c) for c in correct]})
 
     def _wandb_init(self) -> dict[str, Any] | None:
         """``wandb.init`` arguments (a stable run id from the run directory, so a resume continues the same run)."""

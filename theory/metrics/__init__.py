@@ -6,7 +6,8 @@
   within-group correlation averaged through Fisher's z (ExTra App. C.1).
 * :mod:`theory.metrics.diversity`: Distinct-n, Self-BLEU, LogDet(I + alpha K) (ExTra §5.4).
 * :mod:`theory.metrics.intervals`: the project's one Student-t interval of a mean.
-* :mod:`theory.metrics.paired`: paired-seed contrasts, Holm's correction, the power of a paired t-test.
+* :mod:`theory.metrics.paired`: paired-seed contrasts, seed × problem (crossed) contrasts, Holm's correction, the
+  power of a paired t-test.
 * :mod:`theory.metrics.binomial`: binomial and clustered intervals of sampled accuracies (Clopper-Pearson,
   Korn-Graubard, Wilson) and the paired consistency test.
 
@@ -43,13 +44,15 @@ from theory.metrics.diversity import (
 )
 from theory.metrics.efficiency import AES_BETA_GAIN, AES_BETA_LOSS, AESTerms, aes, aes_terms
 from theory.metrics.intervals import t_interval
-from theory.metrics.paired import Contrast, holm, paired_contrast, paired_power, seeds_for_power
+from theory.metrics.paired import Contrast, CrossedContrast, crossed_contrast, holm, paired_contrast, paired_power, seeds_for_power
 from theory.metrics.passk import avg_at_k, correct_matrix, pass_at_k, pass_at_k_table
 
 __all__ = [
     "Contrast",
     "holm",
     "paired_contrast",
+    "crossed_contrast",
+    "CrossedContrast",
     "paired_power",
     "seeds_for_power",
     "t_interval",

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Contrast", "holm", "paired_contrast", "paired_power", "seeds_for_power"]
+__all__ = ["Contrast", "CrossedContrast", "crossed_contrast", "holm", "paired_contrast", "paired_power", "seeds_for_power"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,70 @@ def paired_contrast(diffs: Sequence[float], confidence: float = 0.95) -> Contras
     else:
         p = float(2 * stats.t.sf(abs(m) / se, n - 1))
     return Contrast(n, m, sd, lo, hi, p)
+
+
+@dataclass(frozen=True)
+class CrossedContrast:
+    """A paired contrast over seeds *and* evaluation problems (:func:`crossed_contrast`)."""
+
+    seeds: int
+    problems: int
+    mean: float
+    ci_low: float
+    ci_high: float
+    p: float
+    df: float
+    """Satterthwaite degrees of freedom of the interval's t quantile."""
+    var_seed: float
+    """Seed-to-seed variance component of a cell's difference (method of moments, floored at 0)."""
+    var_problem: float
+    """Problem-to-problem variance component (floored at 0)."""
+    var_residual: float
+    """Interaction + sampling variance of one cell."""
+
+
+def crossed_contrast(diffs, confidence: float = 0.95) -> CrossedContrast:
+    """The mean of a seeds × problems table of paired differences with an interval that counts both as random.
+
+    ``diffs[s, p]`` = arm − reference on evaluation problem ``p`` of seed ``s`` (e.g. the difference of success
+    rates over the problem's k samples), every arm evaluated on the same problems. A seed-only interval conditions on
+    the fixed problem set; here the problems are a sample too. Two-way crossed random effects without replication,
+    ``d_sp = μ + a_s + b_p + e_sp``: with mean squares ``MS_S = P·var(row means)``, ``MS_P = S·var(column means)``
+    and the residual ``MS_E``, ``Var(d̄) = (MS_S + MS_P − MS_E)/(S·P)`` is unbiased (expected mean squares of the
+    crossed design); the interval is ``d̄ ± t_{ν} se`` with Satterthwaite's ``ν`` for that linear combination (a
+    negative combination falls back to ``(MS_S + MS_P)/(S·P)``, conservative). Needs ``S ≥ 2`` and ``P ≥ 2``;
+    rows or columns with a non-finite cell are refused (pair only what both arms evaluated).
+    """
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 2:
+        raise ValueError(f"diffs: expected a seeds x problems table with at least 2 of each, got shape {d.shape}")
+    if not np.isfinite(d).all():
+        raise ValueError("diffs: non-finite cells (pair only the seeds and problems both arms evaluated)")
+    S, P = d.shape
+    m = float(d.mean())
+    rows, cols = d.mean(axis=1), d.mean(axis=0)
+    ms_s = P * float(np.sum((rows - m) ** 2)) / (S - 1)
+    ms_p = S * float(np.sum((cols - m) ** 2)) / (P - 1)
+    resid = d - rows[:, None] - cols[None, :] + m
+    df_e = (S - 1) * (P - 1)
+    ms_e = float(np.sum(resid ** 2)) / df_e
+    comb = ms_s + ms_p - ms_e
+    terms = [(ms_s, S - 1), (ms_p, P - 1), (-ms_e, df_e)]
+    if comb <= 0:
+        comb = ms_s + ms_p
+        terms = terms[:2]
+    var = comb / (S * P)
+    den = sum(c * c / f for c, f in terms)
+    nu = comb * comb / den if den > 0 else math.inf
+    if var <= 0:
+        return CrossedContrast(S, P, m, m, m, math.nan if m == 0 else 0.0, nu, 0.0, 0.0, 0.0)
+    se = math.sqrt(var)
+    q = float(stats.t.ppf(0.5 + confidence / 2, nu))
+    p = float(2 * stats.t.sf(abs(m) / se, nu))
+    return CrossedContrast(S, P, m, m - q * se, m + q * se, p, float(nu), max(0.0, (ms_s - ms_e) / P),
+                           max(0.0, (ms_p - ms_e) / S), ms_e)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -10,7 +10,9 @@
   ``prompt_efficiency`` (Fig. 3);
 * :mod:`.agents` — ``agent_accounting`` (tokens, actions and success-mixed groups of multi-turn runs);
 * :mod:`.prefix` — ``prefix_dynamics`` (the prefix-restart family's training stream: mixed groups, bare-prompt pass
-  rate, prefix share, tokens and seconds per update).
+  rate, prefix share, tokens and seconds per update);
+* :mod:`.crossed` — ``crossed_intervals`` (each contrast with the evaluation problems counted as a sample too, from the
+  runs' per-problem outcomes).
 
 A section is ``fn(cfg, jobs, summary, suite, out) -> list[str]`` (markdown lines; it may save figures and CSVs in
 ``out``), registered under its name with :func:`register_section`. Sections look arms up by the suite's data
@@ -29,7 +31,7 @@ __all__ = ["SECTIONS", "load_sections", "register_section"]
 SECTIONS: Registry[Any] = Registry("report section")
 
 #: the modules that register the built-in sections
-SECTION_MODULES = ("common", "vsr", "replay", "extra", "agents", "prefix")
+SECTION_MODULES = ("common", "vsr", "replay", "extra", "agents", "prefix", "crossed")
 
 
 def register_section(name: str):

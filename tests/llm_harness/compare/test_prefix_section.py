@@ -49,3 +49,15 @@ def test_prefix_dynamics_means_over_updates_then_seeds(tmp_path):
     assert {r["arm"] for r in rows} == {"grpo", "ps"}
     assert float(next(r for r in rows if r["arm"] == "ps")["mixed"]) == pytest.approx(0.3125)
     assert (out / "prefix_mixed_sparse.png").stat().st_size > 0
+
+
+def test_list_suites_names_every_suite_with_its_arms(capsys):
+    from llm_harness.compare.jobs import CompareConfig
+    from llm_harness.compare.runner import run
+
+    assert run(CompareConfig(suite="prefix_family", list_suites=True)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(SUITES)
+    pf = next(l for l in lines if l.startswith("prefix_family:"))
+    assert "(grpo, dapo, vsr, vsr_policy, ps, ps_hard, pros)" in pf and "11 seeds x 100 updates" in pf
+    assert pf.endswith("records shared with vsr_regime")

@@ -263,6 +263,7 @@ def test_validate_values_are_evaluate_policy_on_the_same_stream(tmp_path):
     torch.set_num_threads(1)
     tr = make_trainer(str(tmp_path / "run"), validation=ValidationConfig(k=3, n_problems=4, temperature=0.8,
                                                                          logdet_alpha=2.0))
+    (tmp_path / "run").mkdir(exist_ok=True)  # a run folder exists from the first step on; validate keeps its outcomes there
     try:
         out = tr.validate()
         probs = list(tr.task.problems("validation"))[:4]
@@ -273,6 +274,13 @@ def test_validate_values_are_evaluate_policy_on_the_same_stream(tmp_path):
     finally:
         tr.close()
     assert out["val_logdet"] == pytest.approx(res["logdet"]) and out["val_avg_at_3"] == pytest.approx(res["avg_at_k"])
+    import json
+
+    from llm_harness.trainer.loop import EVAL_OUTCOMES
+
+    kept = json.loads((tmp_path / "run" / EVAL_OUTCOMES).read_text())  # the per-problem outcomes behind the averages
+    assert kept["k"] == 3 and kept["problem_ids"] == [str(p.id) for p in probs] and kept["correct"] == res["problem_correct"]
+    assert sum(kept["correct"]) / (3 * len(probs)) == pytest.approx(out["val_avg_at_3"])
     for key in ("length_mean", "distinct_4", "self_bleu_4"):
         assert out[f"val_{key}"] == pytest.approx(res[key])
     for key in ("length_correct", "length_incorrect"):
