@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from vsr_util.atomic import TIMINGS_FILE, atomic_path, read_json, write_json
-from vsr_util.store import store_folder
+from vsr_util.store import misplaced_records, move_into_store, store_folder
 
 from prefixvalue.config import config_diff
 
@@ -68,10 +68,7 @@ def records_dir(out: str | Path) -> Path:
 def old_layout_records(out: str | Path) -> list[Path]:
     """The study records that ``out`` holds inside, where a study kept them before the records store
     (``study.json``, ``chunks/``, ``results.parquet``, and ``config.yaml`` beside any of them); empty when none."""
-    out = Path(out)
-    if not any((out / name).exists() for name in _OLD_LAYOUT):
-        return []
-    return [out / name for name in RECORD_FILES if (out / name).exists()]
+    return misplaced_records(out, RECORD_FILES, markers=_OLD_LAYOUT)
 
 
 def _move_command(out: Path) -> str:
@@ -97,22 +94,11 @@ def move_study_records(out: str | Path) -> Path:
     ``config.yaml``, ``chunks/``, ``results.parquet``) to its records folder (:func:`records_dir`), holding the output
     folder's lock; the report (summaries, figures, ``timings.json``) stays. Refused when there is nothing to move or
     the records folder already holds any of those files. Returns the records folder."""
-    from vsr_util.runlock import locked_folder
-
     out = Path(out)
-    new = records_dir(out)
     old = old_layout_records(out)
     if not old:
         raise ValueError(f"{out}: no study records ({', '.join(_OLD_LAYOUT)}) inside; nothing to move")
-    there = [name for name in RECORD_FILES if (new / name).exists()]
-    if there:
-        raise ValueError(f"{new}: already holds study records ({', '.join(there)}); "
-                         f"merge them with those in {out} by hand, or delete one of the two")
-    with locked_folder(out, field="out"):  # no study writes the folder meanwhile
-        new.mkdir(parents=True, exist_ok=True)
-        for path in old:
-            shutil.move(str(path), str(new / path.name))
-    return new
+    return move_into_store(out, old, "study records")
 
 
 def strict_json(v: Any) -> Any:

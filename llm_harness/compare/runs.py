@@ -17,8 +17,8 @@ import numpy as np
 from llm_harness.compare.stats import finite
 from vsr_util.atomic import read_json
 
-__all__ = ["final_eval", "final_evals", "last_row_value", "mean_of", "metric_key", "mixed_key", "read_rows", "step_series",
-           "summarise"]
+__all__ = ["final_eval", "final_evals", "last_row_value", "mean_of", "metric_key", "mixed_key", "read_rows", "rows_series",
+           "step_series", "summarise"]
 
 
 def read_rows(run_dir: Path | str) -> list[dict[str, Any]]:
@@ -92,8 +92,13 @@ def metric_key(metric: str, k: int) -> str:
 
 def step_series(run_dir: Path | str, key: str, steps: int) -> np.ndarray:
     """``key`` per update (nan where a row lacks it) over ``steps`` updates."""
+    return rows_series(read_rows(run_dir), key, steps)
+
+
+def rows_series(rows: Sequence[dict[str, Any]], key: str, steps: int) -> np.ndarray:
+    """:func:`step_series` of metric rows already read (several keys of one run: read its rows once)."""
     y = np.full(steps, np.nan)
-    for r in read_rows(run_dir):
+    for r in rows:
         s = r.get("step")
         if isinstance(s, int) and 0 <= s < steps and finite(r.get(key)):
             y[s] = float(r[key])

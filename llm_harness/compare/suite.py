@@ -261,6 +261,10 @@ _REGIME_METHODS = (
 #: the pool every vsr_regime run trains on: hard prompts of the `low` checkpoint on 6-term chains
 _REGIME_POOL = PoolSpec("low6_hard128", "regime_grpo.yaml", {"candidates": 512, "samples": 16, "max_successes": 1, "size": 128,
                                              "temperature": 1.0, "seed": 0})
+# 11 seeds: what the 6-seed report's power analysis asked for (figures/compare_vsr_regime/six_seeds/); the held-out
+# evaluation scores all 500 validation problems (8 samples each) once, at the end: evaluation noise was ~60 % of
+# the paired variance at 128 problems. Suites on this pool share it, so they share runs (Suite.shares_records_with)
+_REGIME_SIZES = {"seeds": 11, "steps": 100, "eval_problems": 500, "eval_k": 8, "eval_every": 100}
 
 register_suite(
     Suite(
@@ -271,10 +275,7 @@ register_suite(
                    "success in 16 samples), VSR cold-started from the pool's expert solutions; held-out: 6-term validation "
                    "problems at T 0.7, top-p 0.9"),
         ),
-        # 11 seeds: what the 6-seed report's power analysis asked for (figures/compare_vsr_regime/six_seeds/); the held-out
-        # evaluation scores all 500 validation problems (8 samples each) once, at the end: evaluation noise was ~60 % of
-        # the paired variance at 128 problems. About 3 h on 2 quiet cores: run it in parts (records, resumable)
-        sizes={"seeds": 11, "steps": 100, "eval_problems": 500, "eval_k": 8, "eval_every": 100},
+        sizes=dict(_REGIME_SIZES),  # about 3 h on 2 quiet cores: run it in parts (records, resumable)
         pool=_REGIME_POOL,
         contrasts=("vsr", "vsr_uniform", "vsr_norecency", "static_expert", "vsr_oracle", "vsr_calibrated", "vsr_policy",
                    "sft_pool"),
@@ -307,7 +308,7 @@ register_suite(
                    "prompts (at most one success in 16 samples); VSR alone gets the pool's expert solutions, every "
                    "other prefix arm restarts from the policy's own samples"),
         ),
-        sizes={"seeds": 11, "steps": 100, "eval_problems": 500, "eval_k": 8, "eval_every": 100},
+        sizes=dict(_REGIME_SIZES),
         pool=_REGIME_POOL,
         contrasts=("dapo", "vsr", "vsr_policy", "ps", "ps_hard", "pros"),
         min_effect=0.02,

@@ -49,7 +49,7 @@ from llm_harness.lab.moments import BlockMoments, MomentRecord, estimate
 from llm_harness.lab.probe import ProbeResult, pool_state_space, run_probe, state_for
 from llm_harness.lab.report import gain_figure, plan_text, render_report, split_timings
 from llm_harness.lab.summary import allocation_rows, predictions, resolution_plan, summarise
-from vsr_util.store import store_folder
+from vsr_util.store import misplaced_records, move_into_store, store_folder
 
 __all__ = ["LAB_FILES", "REPORT_FILES", "lab_command", "make_lab_figure", "move_lab_records", "reanalyze_lab", "records_dir",
            "run_lab"]
@@ -172,31 +172,26 @@ def records_dir(out: str | Path) -> Path:
     return store_folder(out)
 
 
+def _misplaced(out: Path) -> list[Path]:
+    """The lab records ``out`` still holds inside, where a lab kept them before the store."""
+    return misplaced_records(out, LAB_FILES, ("alloc_*.json",))
+
+
 def _old_layout(out: Path) -> None:
     """Refuse a report folder that still holds a lab's records (written before they moved to the store)."""
-    rec = records_dir(out)
-    if rec == out:
-        return
-    stale = [f.name for f in (out / n for n in LAB_FILES) if f.exists()] + sorted(f.name for f in out.glob("alloc_*.json"))
+    stale = [f.name for f in _misplaced(out)]
     if stale:
         raise ValueError(f"out: {out} holds a lab's records ({', '.join(stale[:4])}{', ...' if len(stale) > 4 else ''}) from "
-                         f"before they moved to the records store; move them to {rec} with python -c \"from "
+                         f"before they moved to the records store; move them to {records_dir(out)} with python -c \"from "
                          f"llm_harness.lab.run import move_lab_records; move_lab_records('{out}')\"")
 
 
 def move_lab_records(out: str | Path) -> list[Path]:
-    """Move a lab's records from its report folder ``out`` (the layout before the store) to :func:`records_dir`;
-    returns the moved files. A file already in the store is not replaced: the move stops naming it."""
-    out = Path(out)
-    rec = records_dir(out)
-    files = [out / n for n in LAB_FILES if (out / n).exists()] + sorted(out.glob("alloc_*.json"))
-    clash = [f.name for f in files if (rec / f.name).exists()]
-    if clash:
-        raise ValueError(f"move_lab_records: {rec} already holds {', '.join(clash)}; nothing moved")
-    rec.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        f.replace(rec / f.name)
-    return [rec / f.name for f in files]
+    """Move a lab's records from its report folder ``out`` (the layout before the store) to :func:`records_dir`
+    (:func:`vsr_util.store.move_into_store`: nothing replaced, nothing moved on a clash); returns the moved files."""
+    files = _misplaced(Path(out))
+    store = move_into_store(out, files, "lab records")
+    return [store / f.name for f in files]
 
 
 def _identity(cfg: LabConfig, tcfg: Any) -> dict[str, Any]:

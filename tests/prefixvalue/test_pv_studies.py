@@ -29,6 +29,21 @@ COLUMNS = {
 }
 
 
+def count_collect(monkeypatch, record=lambda chunk, problems: chunk) -> list:
+    """Patch the ``hint-ratio`` study so each chunk it samples is appended to the returned list (``record(chunk,
+    problems)``): which chunks a run computed, and which it resumed."""
+    calls: list = []
+    study = get_study("hint-ratio")
+
+    def counting(ctx, problems, chunk):
+        calls.append(record(chunk, problems))
+        return study.collect(ctx, problems, chunk)
+
+    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
+    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    return calls
+
+
 def _mean_bits(table):
     return table["correct_bits"].map(lambda b: b.count("1") / len(b))
 
@@ -116,15 +131,7 @@ def test_interrupted_study_resumes_to_the_same_table(testbed, tmp_path, monkeypa
     cfg_a = tiny("hint-ratio", tmp_path / "a")
     ref = pd.read_parquet(records_dir(run_study("hint-ratio", cfg_a, backend=backend, tokenizer=tok)) / "results.parquet")
 
-    calls = []
-    study = get_study("hint-ratio")
-
-    def counting(ctx, problems, chunk):
-        calls.append(chunk)
-        return study.collect(ctx, problems, chunk)
-
-    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
-    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    calls = count_collect(monkeypatch)
     cfg_b = dataclasses.replace(cfg_a, out=str(tmp_path / "b"))
     out = run_study("hint-ratio", cfg_b, backend=backend, tokenizer=tok, stop_after_chunks=1)  # "interrupted"
     assert calls == [0] and not (records_dir(out) / "results.parquet").exists()
@@ -143,15 +150,7 @@ def test_a_study_grown_or_shrunk_in_problems_keeps_the_chunks_both_sizes_share(t
     backend, tok = testbed
     base = tiny("hint-ratio", tmp_path / "x")
     size = base.chunk_problems
-    calls = []
-    study = get_study("hint-ratio")
-
-    def counting(ctx, problems, chunk):
-        calls.append((chunk, len(problems)))
-        return study.collect(ctx, problems, chunk)
-
-    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
-    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    calls = count_collect(monkeypatch, lambda chunk, problems: (chunk, len(problems)))
     small = dataclasses.replace(base, n_problems=size + 1, out=str(tmp_path / "grow"))  # chunks: size, 1
     run_study("hint-ratio", small, backend=backend, tokenizer=tok)
     assert calls == [(0, size), (1, 1)]
@@ -173,15 +172,7 @@ def test_a_study_keeps_its_records_in_the_store_and_its_report_in_out(testbed, t
     """records (study.json, config.yaml, chunks/, results.parquet) go to ``store_folder(out)``: ``out/records`` for a
     trial folder, ``records/<path>`` beside ``figures/`` for a committed one; the report stays in ``out``."""
     backend, tok = testbed
-    calls = []
-    study = get_study("hint-ratio")
-
-    def counting(ctx, problems, chunk):
-        calls.append(chunk)
-        return study.collect(ctx, problems, chunk)
-
-    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
-    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    calls = count_collect(monkeypatch)
     out = tmp_path / "trial"
     cfg = tiny("hint-ratio", out)
     assert run_study("hint-ratio", cfg, backend=backend, tokenizer=tok, stop_after_chunks=1) == out
@@ -220,15 +211,7 @@ def test_a_study_refuses_records_left_in_its_report_folder_and_names_the_move(te
     store = tmp_path / "records" / "prefixvalue" / "hint-ratio"
     for name in ("study.json", "config.yaml", "chunks"):  # an interrupted run of the old layout
         (store / name).rename(fig / name)
-    calls = []
-    study = get_study("hint-ratio")
-
-    def counting(ctx, problems, chunk):
-        calls.append(chunk)
-        return study.collect(ctx, problems, chunk)
-
-    patched = {**registry.STUDIES, "hint-ratio": dataclasses.replace(study, collect=counting)}
-    monkeypatch.setattr(registry, "STUDIES", Registry(registry.STUDIES.kind, patched))
+    calls = count_collect(monkeypatch)
     for variant in (cfg, dataclasses.replace(cfg, overwrite=True), dataclasses.replace(cfg, reanalyze=True)):
         with pytest.raises(ValueError) as err:
             run_study("hint-ratio", variant, backend=backend, tokenizer=tok)

@@ -18,7 +18,7 @@ from llm_harness.compare.sections import register_section
 from theory.metrics import crossed_contrast, holm, paired_contrast
 from vsr_util.atomic import read_json
 
-__all__ = ["crossed_intervals_section", "outcome_table"]
+__all__ = ["crossed_intervals_section", "outcome_table", "regime_outcomes"]
 
 
 def _outcomes(run_dir: str) -> dict[str, Any] | None:
@@ -28,18 +28,23 @@ def _outcomes(run_dir: str) -> dict[str, Any] | None:
     return read_json(p).get("eval_outcomes")
 
 
-def outcome_table(jobs: Sequence[Any], regime: str, arm: str, reference: str):
-    """``(seeds, diffs[S, P])``: per common seed, the arm's minus the reference's success rate on each problem (only
-    seeds whose two runs evaluated the same problems, in the same order, with the same k at the same step); None when
-    fewer than 2 such seeds."""
-    import numpy as np
-
-    by = {}
+def regime_outcomes(jobs: Sequence[Any], regime: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """``{(method, seed): eval_outcomes}`` of the regime's runs that kept them (each ``done.json`` read once)."""
+    out = {}
     for j in jobs:
-        if j.regime == regime and j.method in (arm, reference):
+        if j.regime == regime:
             o = _outcomes(j.run_dir)
             if o is not None:
-                by[(j.method, j.seed)] = o
+                out[(j.method, j.seed)] = o
+    return out
+
+
+def outcome_table(by: dict[tuple[str, int], dict[str, Any]], arm: str, reference: str):
+    """``(seeds, diffs[S, P])`` from :func:`regime_outcomes` ``by``: per common seed, the arm's minus the reference's
+    success rate on each problem (only seeds whose two runs evaluated the same problems, in the same order, with the
+    same k at the same step); None when fewer than 2 such seeds."""
+    import numpy as np
+
     seeds, rows = [], []
     for s in sorted({s for (m, s) in by if m == arm} & {s for (m, s) in by if m == reference}):
         a, r = by[(arm, s)], by[(reference, s)]
@@ -57,8 +62,9 @@ def crossed_intervals_section(cfg: Any, jobs: Sequence[Any], summary: dict, suit
     arms = [m.name for m in suite.methods if m.name != suite.reference]
     for regime in sorted({j.regime for j in jobs}):
         rows = []
+        by = regime_outcomes(jobs, regime)
         for a in arms:
-            t = outcome_table(jobs, regime, a, suite.reference)
+            t = outcome_table(by, a, suite.reference)
             if t is None:
                 continue
             seeds, d = t

@@ -13,27 +13,27 @@ from typing import Any, Sequence
 import numpy as np
 
 from llm_harness.compare.render import arm_label, write_csv
-from llm_harness.compare.runs import step_series
+from llm_harness.compare.runs import read_rows, rows_series
 from llm_harness.compare.sections import register_section
 from llm_harness.compare.stats import finite, seed_interval
 from vsr_util.atomic import save_figure
 
 __all__ = ["COLUMNS", "prefix_dynamics_section"]
 
-#: (column, header, per-run value from the step series of ``run_dir`` over ``steps`` updates, format)
+#: (column, header, per-run value from the run's metric rows over ``steps`` updates, format, scale)
 COLUMNS = (
-    ("mixed", "mixed groups %", lambda d, n: np.nanmean(step_series(d, "mixed_frac", n)), "{:.1f}", 100.0),
-    ("bare_pass", "pass rate, bare prompts %", lambda d, n: np.nanmean(step_series(d, "accuracy_fresh", n)), "{:.1f}", 100.0),
-    ("prefix_share", "groups from a prefix %", lambda d, n: _prefix_share(d, n), "{:.1f}", 100.0),
-    ("new_tokens", "tokens generated / update", lambda d, n: np.nanmean(step_series(d, "gen_new_tokens", n)), "{:.0f}", 1.0),
-    ("s_per_step", "s / update", lambda d, n: np.nanmean(step_series(d, "time_step_s", n)), "{:.1f}", 1.0),
+    ("mixed", "mixed groups %", lambda r, n: np.nanmean(rows_series(r, "mixed_frac", n)), "{:.1f}", 100.0),
+    ("bare_pass", "pass rate, bare prompts %", lambda r, n: np.nanmean(rows_series(r, "accuracy_fresh", n)), "{:.1f}", 100.0),
+    ("prefix_share", "groups from a prefix %", lambda r, n: _prefix_share(r, n), "{:.1f}", 100.0),
+    ("new_tokens", "tokens generated / update", lambda r, n: np.nanmean(rows_series(r, "gen_new_tokens", n)), "{:.0f}", 1.0),
+    ("s_per_step", "s / update", lambda r, n: np.nanmean(rows_series(r, "time_step_s", n)), "{:.1f}", 1.0),
 )
 
 
-def _prefix_share(run_dir: Path, steps: int) -> float:
+def _prefix_share(rows: Sequence[dict], steps: int) -> float:
     """Mean over updates of the share of the update's generated groups that started from a prefix (replayed or expert)."""
-    kept = step_series(run_dir, "groups_generated", steps)
-    pre = np.nansum([np.nan_to_num(step_series(run_dir, k, steps)) for k in ("groups_replayed_prefix", "groups_expert")], axis=0)
+    kept = rows_series(rows, "groups_generated", steps)
+    pre = np.nansum([np.nan_to_num(rows_series(rows, k, steps)) for k in ("groups_replayed_prefix", "groups_expert")], axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return float(np.nanmean(np.where(kept > 0, pre / kept, np.nan)))
 
@@ -53,9 +53,13 @@ def prefix_dynamics_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite:
     lines: list[str] = []
     arms = [m.name for m in suite.methods]
     for regime in sorted({j.regime for j in jobs}):
-        runs = {a: [j for j in jobs if j.regime == regime and j.method == a
-                    and np.isfinite(step_series(j.run_dir, "mixed_frac", steps)).any()] for a in arms}  # finished runs
-        runs = {a: js for a, js in runs.items() if js}
+        runs: dict[str, list[list[dict]]] = {}  # arm -> the metric rows of each finished run, read once
+        for j in jobs:
+            if j.regime == regime and j.method in arms:
+                rows = read_rows(j.run_dir)
+                if np.isfinite(rows_series(rows, "mixed_frac", steps)).any():
+                    runs.setdefault(j.method, []).append(rows)
+        runs = {a: runs[a] for a in arms if a in runs}
         if not runs:
             continue
         lines += [f"### The training stream, regime `{regime}`", "",
@@ -68,11 +72,11 @@ def prefix_dynamics_section(cfg: Any, jobs: Sequence[Any], summary: dict, suite:
         rows_csv = []
         curves = {}
         for a, js in runs.items():
-            per = {c[0]: [float(c[2](j.run_dir, steps)) for j in js] for c in COLUMNS}
+            per = {c[0]: [float(c[2](r, steps)) for r in js] for c in COLUMNS}
             iv = {c[0]: seed_interval([v for v in per[c[0]] if np.isfinite(v)]) for c in COLUMNS}
             lines.append(f"| {arm_label(suite, a)} | {len(js)} | " + " | ".join(_cell(iv[c[0]], c[3], c[4]) for c in COLUMNS) + " |")
             rows_csv.append([a, len(js)] + [x for c in COLUMNS for x in iv[c[0]]])
-            curves[a] = np.nanmean(np.stack([step_series(j.run_dir, "mixed_frac", steps) for j in js]), axis=0)
+            curves[a] = np.nanmean(np.stack([rows_series(r, "mixed_frac", steps) for r in js]), axis=0)
         name = f"prefix_dynamics_{regime}"
         write_csv(out / f"{name}.csv", ["arm", "seeds"] + [f"{c[0]}{s}" for c in COLUMNS for s in ("", "_lo", "_hi")], rows_csv)
         _figure(curves, suite, out, f"prefix_mixed_{regime}", regime)
