@@ -349,3 +349,28 @@ register_suite(
         sections=("pool", "curriculum"),
     )
 )
+
+#: vsr_regime's arms that settle its VSR question, retrained and scored on fresh problems: the test split's first
+#: 2,000 six-term chains (split membership is a salted hash of the expression, so they are disjoint from the 500
+#: validation problems and from the training pool), 8 samples each, every problem's outcome kept in the records, so
+#: the report's intervals can count the evaluation problems as a sample too (crossed_intervals) and not only the seeds
+_FRESH_METHODS = tuple(m for m in _REGIME_METHODS if m.name in ("grpo", "vsr", "static_expert", "vsr_policy", "sft_pool"))
+
+register_suite(
+    Suite(
+        name="vsr_regime_fresh",
+        methods=_FRESH_METHODS,
+        regimes=(
+            Regime("sparse", "the vsr_regime setting (the `low` checkpoint, the same pool of 128 hard prompts, the same "
+                   "recipes and seeds); held-out: 2,000 fresh six-term test-split problems, disjoint from the 500 "
+                   "validation problems, at T 0.7, top-p 0.9",
+                   overrides={"task": {"params": {"n_test": 2000}}, "validation": {"split": "test"}}),
+        ),
+        sizes={**_REGIME_SIZES, "eval_problems": 2000},  # about 1.5 h on 2 quiet cores (55 runs + 11 base evaluations)
+        pool=_REGIME_POOL,
+        contrasts=("vsr", "static_expert", "vsr_policy", "sft_pool"),
+        min_effect=0.02,
+        ablations=(("vsr", "static_expert"), ("vsr", "vsr_policy")),
+        sections=("pool", "ablations", "family_passk", "crossed_intervals"),
+    )
+)

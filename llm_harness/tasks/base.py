@@ -233,6 +233,12 @@ class Task(abc.ABC):
         """Split a solution or completion into reasoning steps (a partition of ``text``)."""
 
     # ------------------------------------------------------------------ shared behaviour
+    def params_outside(self, split: str) -> frozenset[str]:
+        """Task parameters that do not change ``split``'s problems or their prompts (e.g. another split's size): a
+        prompt pool selected from ``split`` stays valid when only these differ (:func:`llm_harness.trainer.pool.
+        load_pool`). None by default: every parameter counts."""
+        return frozenset()
+
     def check_split(self, split: str) -> str:
         """Return ``split`` or raise ValueError naming the known splits."""
         if split not in self.splits:

@@ -345,6 +345,13 @@ class StepArithTask(Task):
     def splits(self) -> tuple[str, ...]:
         return SPLITS
 
+    def params_outside(self, split: str) -> frozenset[str]:
+        """The other splits' sizes, and the hard term range outside the hard split: each split draws from its own
+        random stream (:meth:`problems`), so these leave ``split``'s problems as they are."""
+        self.check_split(split)
+        sizes = {f"n_{s}" for s in SPLITS if s != split}
+        return frozenset(sizes | ({"hard_min_terms", "hard_max_terms"} if split != "hard" else {"min_terms", "max_terms"}))
+
     def split_of(self, expression: str) -> str:
         """The split an expression (e.g. ``"97-53-5-33"``) belongs to."""
         return assign_split(expression, self._fractions, _SALT)

@@ -183,7 +183,8 @@ class Trainer:
         if cfg.task.pool:
             from llm_harness.trainer.pool import load_pool, restrict_to_pool
 
-            ids = load_pool(cfg.task.pool, task=cfg.task.name, task_params=cfg.task.params, split=cfg.task.train_split)
+            ids = load_pool(cfg.task.pool, task=cfg.task.name, task_params=cfg.task.params, split=cfg.task.train_split,
+                            params_outside=task.params_outside(cfg.task.train_split))
             problems = restrict_to_pool(problems, ids)
         check_task_encodable(self.codec, task, problems, tokenizer)  # refuse silent garbage before any work
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from vsr_util.atomic import read_json, write_json
 
@@ -32,8 +32,11 @@ def pool_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def load_pool(path: str | Path, *, task: str, task_params: Mapping[str, Any], split: str) -> list[str]:
-    """The problem ids of a pool file, checked against the run's task, parameters and split."""
+def load_pool(path: str | Path, *, task: str, task_params: Mapping[str, Any], split: str,
+              params_outside: Collection[str] = ()) -> list[str]:
+    """The problem ids of a pool file, checked against the run's task, parameters and split; parameters named in
+    ``params_outside`` (:meth:`llm_harness.tasks.base.Task.params_outside`: they leave the split's problems as they
+    are, e.g. another split's size) may differ."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"task.pool: {p} does not exist (select one with `vsr pool select`)")
@@ -46,7 +49,10 @@ def load_pool(path: str | Path, *, task: str, task_params: Mapping[str, Any], sp
     for key, want in (("task", task), ("split", split)):
         if doc.get(key) != want:
             raise ValueError(f"task.pool: {p} was selected for {key} {doc.get(key)!r}, the run uses {want!r}")
-    if dict(doc.get("task_params") or {}) != dict(task_params):
+    def counted(params: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in dict(params).items() if k not in params_outside}
+
+    if counted(doc.get("task_params") or {}) != counted(task_params):
         raise ValueError(f"task.pool: {p} was selected with task.params {doc.get('task_params')}, the run uses {dict(task_params)}")
     ids = doc.get("ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):

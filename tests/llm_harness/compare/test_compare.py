@@ -177,6 +177,28 @@ def test_vsr_regime_plans_runs_on_its_pool_and_the_pool_bytes_enter_the_fingerpr
     assert CompareConfig(suite="vsr_regime").report_dir == Path("figures/compare_vsr_regime")
 
 
+
+def test_vsr_regime_fresh_retrains_vsr_regimes_runs_and_scores_them_on_2000_fresh_problems(tmp_path):
+    from llm_harness.tasks import get_task
+
+    fresh = {j.method: j for j in plan_jobs(CompareConfig(suite="vsr_regime_fresh", out=tmp_path / "f", seeds=1))}
+    regime = {j.method: j for j in plan_jobs(CompareConfig(suite="vsr_regime", out=tmp_path / "r", seeds=1))}
+    assert set(fresh) == {"base", "grpo", "vsr", "static_expert", "vsr_policy", "sft_pool"}
+    for m, j in fresh.items():
+        tc, rc = from_dict(TrainConfig, j.mapping), from_dict(TrainConfig, regime[m].mapping)
+        assert tc.validation.split == "test" and tc.validation.n_problems == 2000 and tc.validation.k == 8
+        # the training itself is vsr_regime's: only the evaluation differs
+        assert (tc.algo, tc.optim, tc.rollout, tc.plugins, tc.steps, tc.seed) == (rc.algo, rc.optim, rc.rollout, rc.plugins,
+                                                                                  rc.steps, rc.seed)
+        assert {k: v for k, v in tc.task.params.items() if k != "n_test"} == dict(rc.task.params)
+    tc = from_dict(TrainConfig, fresh["grpo"].mapping)
+    task = get_task(tc.task.name, **dict(tc.task.params))
+    test = task.problems("test")[: tc.validation.n_problems]
+    assert len({p.id for p in test}) == 2000 and all(p.id.count("+") + p.id.count("-") == 5 for p in test)
+    assert not {p.id for p in test} & {p.id for p in task.problems("validation")}
+    assert not {p.id for p in test} & {p.id for p in task.problems("train")}
+
+
 @pytest.mark.slow
 def test_quick_vsr_regime_selects_its_pool_trains_and_reports_the_curriculum(tmp_path):
     cfg = CompareConfig(suite="vsr_regime", out=tmp_path, quick=True, methods=("grpo", "vsr"), workers=1)

@@ -104,3 +104,26 @@ def test_pool_select_command_writes_a_loadable_pool(tmp_path):
     assert "wall_s" not in json.loads(out.read_text())
     assert json.loads((tmp_path / "pool.timings.json").read_text())["wall_s"] > 0
     assert not (tmp_path / "run").exists()  # selection writes no run directory
+
+
+def test_a_pool_stays_valid_when_only_parameters_outside_its_split_differ(tmp_path):
+    from llm_harness.tasks import get_task
+
+    _, doc = _select(tmp_path)
+    path = write_pool(tmp_path / "pool.json", doc)
+    base = dict(doc["task_params"])
+    task = get_task(doc["task"], **base)
+    outside = task.params_outside("train")
+    assert {"n_test", "n_validation", "n_hard"} <= outside and "n_train" not in outside and "seed" not in outside
+    # what the exemption rests on: those parameters really leave the training split's problems as they are
+    changed = {**base, "n_test": 1_500, "n_validation": 40, "n_hard": 7, "hard_min_terms": 8, "hard_max_terms": 8}
+    assert get_task(doc["task"], **changed).problems("train") == task.problems("train")
+    assert load_pool(path, task=doc["task"], task_params=changed, split="train", params_outside=outside) == doc["ids"]
+    with pytest.raises(ValueError, match="task.params"):  # without the exemption the same change is refused
+        load_pool(path, task=doc["task"], task_params=changed, split="train")
+    with pytest.raises(ValueError, match="task.params"):  # a parameter of the split itself still counts
+        load_pool(path, task=doc["task"], task_params={**base, "seed": 1}, split="train", params_outside=outside)
+    # the test split's own sizes are not outside it, and a longer test split extends the shorter one
+    assert "n_test" not in task.params_outside("test")
+    longer = get_task(doc["task"], **{**base, "n_test": 2 * task.config.n_test}).problems("test")
+    assert longer[: task.config.n_test] == task.problems("test")
