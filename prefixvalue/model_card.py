@@ -39,7 +39,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -118,10 +118,12 @@ def _folder_name(model: str) -> str:
 
 
 # ---------------------------------------------------------------------------- pure summaries
-def pass_rate_table(problems: Sequence[dict[str, Any]], correct: np.ndarray, lengths: np.ndarray, max_new_tokens: int):
+def pass_rate_table(problems: Sequence[dict[str, Any]], correct: np.ndarray, lengths: np.ndarray,
+                    max_new_tokens: int | np.ndarray):
     """One row per prompt: ``id, level, difficulty, prompt, answer, n_correct, samples, pass_rate,
     mean_length, n_at_budget`` from the prompts' ``{"id", "level", "difficulty", "prompt", "answer"}``,
-    ``correct[prompt, sample]`` and ``lengths[prompt, sample]``."""
+    ``correct[prompt, sample]`` and ``lengths[prompt, sample]``; ``max_new_tokens``: the budget, one for every
+    prompt or one per prompt (``[prompts, 1]``: :func:`prompt_budgets`)."""
     import pandas as pd
 
     correct, lengths = np.asarray(correct), np.asarray(lengths)
@@ -141,7 +143,15 @@ def pass_rate_table(problems: Sequence[dict[str, Any]], correct: np.ndarray, len
     })
 
 
-def level_stats(table, correct: np.ndarray, lengths: np.ndarray, levels: Sequence[str], max_new_tokens: int) -> list[dict[str, Any]]:
+def prompt_budgets(prompts: Sequence[dict[str, Any]], max_new_tokens: int, task_params: Mapping[str, Any]) -> np.ndarray:
+    """``[prompts, 1]``: each prompt's response budget, the card's ``max_new_tokens`` or its level's smaller one
+    (``arith_ladder``'s ``level_budgets``, as the sampler applied it: :func:`llm_harness.tasks.base.problem_budget`)."""
+    own = dict(task_params.get("level_budgets") or {})
+    return np.array([[min(max_new_tokens, int(own.get(p["level"], max_new_tokens)))] for p in prompts], dtype=np.int64)
+
+
+def level_stats(table, correct: np.ndarray, lengths: np.ndarray, levels: Sequence[str],
+                max_new_tokens: int | np.ndarray) -> list[dict[str, Any]]:
     """Per level (then ``all``): prompts, mean pass rate with a clustered 95 % interval, the shares
     of prompts with ``p̂ = 0``, ``0 < p̂ < 1`` (Clopper-Pearson interval) and ``p̂ = 1``, and the
     response lengths (mean, median, mean of correct / wrong samples, share at the budget)."""
@@ -622,8 +632,11 @@ def run_card(cfg: CardConfig) -> dict[str, Any]:
         samples, hint_rows, run = collect_card(cfg, out)
     prompts, correct, lengths = sample_matrices(samples)
     levels = list(dict.fromkeys(p["level"] for p in prompts))
-    table = pass_rate_table(prompts, correct, lengths, cfg.max_new_tokens)
-    stats = level_stats(table, correct, lengths, levels, cfg.max_new_tokens)
+    from llm_harness.tasks.base import parse_task_params
+
+    budgets = prompt_budgets(prompts, cfg.max_new_tokens, parse_task_params(cfg.task_params))
+    table = pass_rate_table(prompts, correct, lengths, budgets)
+    stats = level_stats(table, correct, lengths, levels, budgets)
     for st in stats:  # how many correct samples state the answer as a result (arith_ladder.states_result)
         ok = samples[(samples["correct"] == 1) & ((samples["level"] == st["level"]) | (st["level"] == "all"))]
         st["share_correct_stated"] = float(ok["stated"].astype(bool).mean()) if len(ok) else None

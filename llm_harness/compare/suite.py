@@ -374,3 +374,31 @@ register_suite(
         sections=("pool", "ablations", "family_passk", "crossed_intervals"),
     )
 )
+
+#: the prefix-restart family on a real model: SmolLM2-135M-Instruct on the arithmetic ladder (every level of the
+#: train split, no pool), the lean step; GRPO, DAPO's dynamic sampling, VSR from the reference solutions, PS, PS
+#: hard-only and PROS with the same budget. Sized from the lean step's 23 s per update (figures/real_model/grpo/lean):
+#: about 6 h of 2 cores for 5 seeds (run it in parts: records are resumable) or minutes on a GPU
+register_suite(
+    Suite(
+        name="prefix_family_real",
+        methods=(
+            Method("grpo", "real_prefix_grpo.yaml", "GRPO (zero-variance groups kept)"),
+            Method("dapo", "real_prefix_dapo.yaml", "DAPO dynamic sampling (redraw until 8 mixed groups, at most 3 rounds)"),
+            Method("vsr", "real_prefix_vsr.yaml", "VSR (reference-solution cold start)", "vsr"),
+            Method("ps", "real_prefix_ps.yaml", "Prefix Sampling (fixed ratios 0.25 / 0.25)", "prefix"),
+            Method("ps_hard", "real_prefix_ps_hard.yaml", "PS hard-only", "prefix"),
+            Method("pros", "real_prefix_pros.yaml", "PROS (half the batch from the tree)", "prefix"),
+        ),
+        regimes=(
+            Regime("smollm2", "SmolLM2-135M-Instruct on the arithmetic ladder's five levels with its chat template, 8 "
+                   "prompts x 8 samples of at most 48 tokens per update at T 1, the lean step; held-out: the test split's "
+                   "311 problems x 4 samples at T 1"),
+        ),
+        sizes={"seeds": 5, "steps": 20, "eval_problems": 311, "eval_k": 4, "eval_every": 20},
+        contrasts=("dapo", "vsr", "ps", "ps_hard", "pros"),
+        min_effect=0.03,
+        ablations=(("ps", "ps_hard"), ("vsr", "ps"), ("vsr", "pros")),
+        sections=("prefix_dynamics", "ablations", "family_passk", "crossed_intervals"),
+    )
+)

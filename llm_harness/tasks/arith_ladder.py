@@ -48,6 +48,10 @@ so train / validation / test are disjoint whatever the seed; the seed decides wh
 split are drawn, at most ``n_<split>`` per level (a small level contributes all it has), levels
 interleaved (problem ``i`` is of level ``i mod L`` while every level still has problems).
 
+Budgets: ``level_budgets`` gives a level its own response budget (new tokens), carried in each of its problems'
+``metadata["max_new_tokens"]``; the samplers cut that level's responses there, and the run's response budget stays
+the most any response gets (:func:`~llm_harness.tasks.base.problem_budget`).
+
 Verification (:func:`read_natural_answer`) reads the answer the way a small chat model writes it:
 the last ``\\boxed{}``, else the last ``#### N``, else the last ``answer is N`` / ``answer: N``,
 else the last number in the text, else the last number word (``five``; 0-20 and the tens) when the
@@ -60,11 +64,11 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
 
-from llm_harness.tasks.base import (MAX_SPLIT_PROBLEMS, ParseStatus, Problem, Step, Task, VerifyResult, assign_split,
-                                    partition_spans)
+from llm_harness.tasks.base import (MAX_SPLIT_PROBLEMS, RESPONSE_BUDGET_KEY, ParseStatus, Problem, Step, Task,
+                                    VerifyResult, assign_split, partition_spans)
 from llm_harness.tasks.math_answers import extract_boxed
 from llm_harness.tasks.registry import build_config, register_task
 from vsr_util.checks import check_number
@@ -83,6 +87,8 @@ __all__ = [
 ]
 
 SPLITS = ("train", "validation", "test")
+#: most tokens a level's budget may name (the trainer's own bound on a response budget)
+MAX_LEVEL_BUDGET = 1_048_576
 _SALT = "arith_ladder/v1"
 
 # ---------------------------------------------------------------------------- answer reading
@@ -305,6 +311,11 @@ class ArithLadderConfig:
     """Share of each level's problem space given to (train, validation, test); sums to 1."""
     instruction: str = ""
     """Text appended to every question after a space (e.g. ``Answer with a number.``); empty = none."""
+    level_budgets: Mapping[str, int] = field(default_factory=dict)
+    """Most new tokens of a response per level (``{word2: 128, add: 32}``), so a short level does not run on and a
+    long one is not cut off; a level not named gets the run's response budget, which stays the most any response gets
+    (a level's budget only lowers it: :func:`~llm_harness.tasks.base.problem_budget`). Problems carry it in
+    ``metadata["max_new_tokens"]``. Empty: every level at the run's budget (the committed runs)."""
     answer_mode: str = "lenient"
     """How a response's answer is read: ``lenient`` (a declared final answer, else the last number, else the last
     number word: the committed results' verifier) or ``strict`` (only a declared final answer — ``\\boxed{}``,
@@ -328,6 +339,14 @@ class ArithLadderConfig:
         assign_split("probe", dict(zip(SPLITS, self.split_fractions)), _SALT)
         if not isinstance(self.instruction, str):
             raise ValueError(f"instruction: must be a string, got {type(self.instruction).__name__}")
+        if not isinstance(self.level_budgets, Mapping):
+            raise ValueError(f"level_budgets: must be a mapping of level name to tokens, got {type(self.level_budgets).__name__}")
+        budgets = dict(self.level_budgets)
+        for name, tokens in budgets.items():
+            if name not in self.levels:
+                raise ValueError(f"level_budgets: {name!r} is not one of this task's levels {list(self.levels)}")
+            check_number(f"level_budgets.{name}", tokens, 1, MAX_LEVEL_BUDGET, integer=True)
+        object.__setattr__(self, "level_budgets", budgets)
 
     def size(self, split: str) -> int:
         """Most problems per level in ``split``."""
@@ -360,7 +379,8 @@ class ArithLadderTask(Task):
                 answer=str(item.answer),
                 solution=item.solution,
                 difficulty=difficulty,
-                metadata={"level": level, "operands": item.operands},
+                metadata={"level": level, "operands": item.operands,
+                          **({RESPONSE_BUDGET_KEY: self.config.level_budgets[level]} if level in self.config.level_budgets else {})},
             ))
         rng = random.Random(f"{_SALT}|{self.config.seed}|{split}|{level}")
         rng.shuffle(out)

@@ -34,8 +34,10 @@ __all__ = [
     "Step",
     "Task",
     "VerifyResult",
+    "RESPONSE_BUDGET_KEY",
     "assign_split",
     "has_chat_template",
+    "problem_budget",
     "check_task_params",
     "parse_task_params",
     "stable_unit_hash",
@@ -46,6 +48,18 @@ __all__ = [
 #: tasks build their splits eagerly (a million step-arithmetic problems take ~30 s and ~1 GB), so a slip such as
 #: ``n_train: 1e9`` is refused naming the parameter instead of filling the memory.
 MAX_SPLIT_PROBLEMS = 1_000_000
+
+
+#: ``Problem.metadata`` key of a problem's own response budget (new tokens; e.g. ``arith_ladder``'s ``level_budgets``)
+RESPONSE_BUDGET_KEY = "max_new_tokens"
+
+
+def problem_budget(problem: "Problem", response_budget: int) -> int:
+    """The new-token budget of a response to ``problem``: the run's ``response_budget``, or the problem's own
+    (``metadata[RESPONSE_BUDGET_KEY]``) where that is smaller. The run's budget stays the most any response gets, so
+    memory bounds computed from it hold."""
+    own = problem.metadata.get(RESPONSE_BUDGET_KEY)
+    return response_budget if own is None else min(int(own), response_budget)
 
 
 class ParseStatus(str, enum.Enum):

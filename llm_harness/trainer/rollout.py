@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from llm_harness.backends import Sample, SamplingParams, continuation_budget
+from llm_harness.tasks.base import problem_budget
 from llm_harness.trainer.data import RolloutGroup, StartState, completion_ids
 from vsr_util.registry import Registry
 from llm_harness.trainer.verifier import SafeVerifier  # noqa: F401  (re-exported: its home before)
@@ -80,13 +81,14 @@ def truncate_sample(sample: Any, budget: int) -> Any:
 def call_budgets(states: Sequence[StartState], response_budget: int, max_context: int | None = None) -> tuple[int, list[int]]:
     """``(max_new_tokens, budgets[i])`` of one backend call over ``states``.
 
-    State ``i`` may add ``budgets[i] = response_budget - len(prefix_i)`` tokens (a prefix counts
-    against the response budget: :func:`continuation_budget`). One call takes one
+    State ``i`` may add ``budgets[i] = b_i - len(prefix_i)`` tokens, where ``b_i`` is ``response_budget`` or the
+    state's problem's own smaller budget (:func:`~llm_harness.tasks.base.problem_budget`, e.g. a level's budget) and a
+    prefix counts against it (:func:`continuation_budget`). One call takes one
     ``max_new_tokens``: the largest budget, and with ``max_context`` given at most what the longest
     state leaves of the model context; samples longer than their own budget are cut afterwards
     (:func:`truncate_sample`).
     """
-    budgets = [continuation_budget(len(s.prefix_ids), response_budget) for s in states]
+    budgets = [continuation_budget(len(s.prefix_ids), problem_budget(s.problem, response_budget)) for s in states]
     max_new = max(budgets)
     if max_context is not None:
         max_new = min(max_new, min(max_context - len(s.context_ids) for s in states))

@@ -33,6 +33,24 @@ def test_level_stats_counts_mixed_prompts_and_lengths():
         pass_rate_table(problems, correct[:3], lengths[:3], 48)
 
 
+
+def test_a_level_budget_is_the_at_budget_mark_of_its_prompts():
+    from prefixvalue.model_card import prompt_budgets
+
+    task = get_task("arith_ladder", levels=("add", "sub"), n_test=3)
+    problems = [{"id": p.id, "level": p.metadata["level"], "difficulty": p.difficulty, "prompt": p.prompt, "answer": p.answer}
+                for p in task.problems("test")[:4]]  # add, sub, add, sub
+    budgets = prompt_budgets(problems, 48, {"level_budgets": {"add": 8}})
+    assert budgets[:, 0].tolist() == [8, 48, 8, 48] and prompt_budgets(problems, 48, {})[:, 0].tolist() == [48] * 4
+    assert prompt_budgets(problems, 6, {"level_budgets": {"add": 8}})[:, 0].tolist() == [6] * 4  # the card's cap wins
+    correct = np.zeros((4, 2), dtype=int)
+    lengths = np.array([[8, 7], [8, 48], [3, 8], [47, 9]])
+    table = pass_rate_table(problems, correct, lengths, budgets)
+    assert table["n_at_budget"].tolist() == [1, 1, 1, 0]
+    stats = {s["level"]: s for s in level_stats(table, correct, lengths, ["add", "sub"], budgets)}
+    assert stats["add"]["share_at_budget"] == 0.5 and stats["sub"]["share_at_budget"] == 0.25
+
+
 @pytest.mark.slow
 def test_card_end_to_end_on_a_tiny_model(tiny_chat_folder, tmp_path):
     out = tmp_path / "card"

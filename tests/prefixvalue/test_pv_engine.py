@@ -110,3 +110,27 @@ def test_difficulty_filter_that_keeps_nothing_names_the_filter_and_counts():
     got = select_problems(task, "validation", 7, 5.0, 6.0)
     assert len(got) == 7 and all(5 <= p.difficulty <= 6 for p in got)
     assert select_problems(task, "validation", 3, float("-inf"), float("inf")) == task.problems("validation")[:3]
+
+
+def test_a_problems_own_budget_caps_its_responses_and_its_prefix_counts_against_it():
+    from dataclasses import replace
+
+    from llm_harness.tasks.base import RESPONSE_BUDGET_KEY, problem_budget
+
+    p = make_problem((2, 3, 4), ("+", "+"))
+    short = replace(p, metadata={**p.metadata, RESPONSE_BUDGET_KEY: 8})
+    wide = replace(p, metadata={**p.metadata, RESPONSE_BUDGET_KEY: 500})
+    assert (problem_budget(p, 12), problem_budget(short, 12), problem_budget(wide, 12)) == (12, 8, 12)
+    backend = ScriptedBackend(lambda text, j: "5+4=9\nA:9")  # 9 tokens and the stop token
+    ctx = _ctx(backend, response_budget=12)
+    prefix = Codec(backend.tok).encode("2+3=5,")  # 6 tokens
+    states = [ctx.state(short), ctx.state(short, prefix[:3]), ctx.state(wide), ctx.state(p)]
+    max_new, budgets = call_budgets(states, 12, backend.max_context)
+    assert budgets == [8, 5, 12, 12] and max_new == 12  # the run's budget stays the most any response gets
+    groups = ctx.sample(states, 1, temperature=1.0, top_p=1.0, seed=0)
+    assert len(backend.calls) == 1  # still one call: the short rows are cut afterwards
+    assert [len(g.response_ids[0]) for g in groups] == [8, 5, 10, 10]
+    assert [g.finish_reasons[0] for g in groups] == ["length", "length", "stop", "stop"]
+    assert not groups[0].verify[0].correct and groups[2].verify[0].correct
+    with pytest.raises(ValueError, match="response budget"):  # a prefix as long as the problem's budget
+        call_budgets([ctx.state(short, tuple(range(8)))], 12, 256)

@@ -199,6 +199,27 @@ def test_vsr_regime_fresh_retrains_vsr_regimes_runs_and_scores_them_on_2000_fres
     assert not {p.id for p in test} & {p.id for p in task.problems("train")}
 
 
+
+def test_prefix_family_real_gives_every_arm_the_same_model_budget_and_evaluation(tmp_path):
+    jobs = plan_jobs(CompareConfig(suite="prefix_family_real", out=tmp_path, seeds=2))
+    by = {}
+    for j in jobs:
+        by.setdefault(j.method, []).append(from_dict(TrainConfig, j.mapping))
+    assert set(by) == {"base", "grpo", "dapo", "vsr", "ps", "ps_hard", "pros"} and all(len(v) == 2 for v in by.values())
+    plugins = {m: sorted(v[0].plugins) for m, v in by.items()}
+    assert plugins == {"base": [], "grpo": [], "dapo": ["dapo"], "vsr": ["vsr"], "ps": ["prefix_sampling"],
+                       "ps_hard": ["prefix_sampling"], "pros": ["pros"]}
+    assert by["ps_hard"][0].plugins["prefix_sampling"]["hard_only"] is True and by["vsr"][0].plugins["vsr"]["cold_start"]
+    for m, cfgs in by.items():
+        for seed, tc in enumerate(cfgs):
+            assert tc.seed == seed and tc.model.path == "smollm2-135m-instruct" and tc.task.name == "arith_ladder"
+            assert (tc.rollout.prompts_per_step, tc.rollout.group_size, tc.rollout.max_new_tokens) == (8, 8, 48)
+            assert (tc.steps, tc.optim.lr, tc.validation.split, tc.validation.n_problems, tc.validation.k) == (20, 5e-6, "test", 311, 4)
+            assert tc.run.group_prompt_once and tc.run.fused_optimizer  # the lean step for every arm
+            # only DAPO filters (its redraws need it); every other arm trains on the same kept groups as GRPO
+            assert tc.algo.filter_zero_variance is (m == "dapo")
+
+
 @pytest.mark.slow
 def test_quick_vsr_regime_selects_its_pool_trains_and_reports_the_curriculum(tmp_path):
     cfg = CompareConfig(suite="vsr_regime", out=tmp_path, quick=True, methods=("grpo", "vsr"), workers=1)

@@ -176,3 +176,25 @@ def test_harder_levels_are_opt_in_and_keep_the_first_five_difficulties():
         a, b, c = p.metadata["operands"]
         assert int(p.answer) == a + b - c and "then gives" in p.prompt
         assert task.verify(p, p.solution).reward == 1.0 and task.verify(p, f"The answer is {a + b}.").reward == 0.0
+
+
+def test_level_budgets_ride_on_each_problem_and_bad_ones_are_refused():
+    from llm_harness.tasks.base import RESPONSE_BUDGET_KEY, problem_budget
+
+    task = get_task("arith_ladder", levels=("add", "word", "word2"), level_budgets={"add": 24, "word2": 128})
+    by_level = {}
+    for p in task.problems("test"):
+        by_level.setdefault(p.metadata["level"], set()).add(p.metadata.get(RESPONSE_BUDGET_KEY))
+    assert by_level == {"add": {24}, "word": {None}, "word2": {128}}
+    add, word, word2 = (next(p for p in task.problems("test") if p.metadata["level"] == lv) for lv in ("add", "word", "word2"))
+    assert [problem_budget(p, 96) for p in (add, word, word2)] == [24, 96, 96]  # the run's budget caps every level's
+    assert [problem_budget(p, 256) for p in (add, word, word2)] == [24, 256, 128]
+    # the problems themselves (ids, prompts, answers) do not change with a budget
+    plain = get_task("arith_ladder", levels=("add", "word", "word2"))
+    assert plain.problems("test") == task.problems("test")
+    with pytest.raises(ValueError, match="level_budgets: 'mul' is not one of"):
+        get_task("arith_ladder", levels=("add",), level_budgets={"mul": 8})
+    with pytest.raises(ValueError, match="level_budgets.add"):
+        get_task("arith_ladder", level_budgets={"add": 0})
+    with pytest.raises(ValueError, match="level_budgets: must be a mapping"):
+        get_task("arith_ladder", level_budgets=[("add", 8)])
