@@ -73,8 +73,10 @@ def crossed_intervals_section(cfg: Any, jobs: Sequence[Any], summary: dict, suit
             rows.append((a, len(seeds), d.shape[1], s, c))
         lines += [f"### Seed × problem intervals, regime `{regime}`", ""]
         if not rows:
-            lines += ["No pair of runs here kept its final evaluation's per-problem outcomes (records written before "
-                      "`done.json` carried `eval_outcomes`): only the seed intervals above, which hold the evaluation "
+            why = ("fewer than 2 seeds of an arm and the reference kept outcomes on the same problems" if by else
+                   "no run here kept its final evaluation's per-problem outcomes (records written before `done.json` "
+                   "carried `eval_outcomes`)")
+            lines += [f"No seed × problem interval: {why}. Only the seed intervals above, which hold the evaluation "
                       "problems fixed.", ""]
             continue
         adj = holm([r[4].p for r in rows])

@@ -65,4 +65,13 @@ def test_runs_without_outcomes_are_named(tmp_path):
     d.mkdir()
     (d / "done.json").write_text(json.dumps({"method": "grpo", "seed": 0}))
     lines = section(SimpleNamespace(sizes={"steps": 100}), [Job("sparse", "grpo", 0, str(d), {})], {}, suite, tmp_path)
-    assert any("kept its final evaluation's per-problem outcomes" in l for l in lines)
+    assert any("no run here kept its final evaluation's per-problem outcomes" in l for l in lines)
+    # one seed with outcomes is named as such, not as runs without outcomes
+    outcomes = {"step": 100, "k": 2, "problems": 2, "problem_ids_sha256": "x", "correct": [1, 2]}
+    jobs = []
+    for m in ("grpo", "ps"):
+        (tmp_path / m).mkdir(exist_ok=True)
+        (tmp_path / m / "done.json").write_text(json.dumps({"method": m, "seed": 0, "eval_outcomes": outcomes}))
+        jobs.append(Job("sparse", m, 0, str(tmp_path / m), {}))
+    lines = section(SimpleNamespace(sizes={"steps": 100}), jobs, {}, suite, tmp_path)
+    assert any("fewer than 2 seeds of an arm and the reference kept outcomes" in l for l in lines)
