@@ -391,6 +391,22 @@ def _chance_lines(summary: dict[str, Any]) -> list[str]:
             ""]
 
 
+def _answer_mode(cfg: dict[str, Any]) -> str:
+    from llm_harness.tasks.base import parse_task_params
+
+    return str(parse_task_params(tuple(cfg.get("task_params") or ())).get("answer_mode", "lenient"))
+
+
+def _task_flag(cfg: dict[str, Any]) -> str:
+    """`` --task-params ...`` (shell-quoted) when the card's task parameters are not the default's, else empty."""
+    import shlex
+
+    params = tuple(cfg.get("task_params") or ())
+    if params == CardConfig().task_params:
+        return ""
+    return " --task-params " + " ".join(shlex.quote(p) for p in params)
+
+
 def render_readme(summary: dict[str, Any]) -> str:
     """The card's README from ``summary.json``'s content (every number comes from it)."""
     from prefixvalue.analysis import markdown_table
@@ -414,7 +430,7 @@ def render_readme(summary: dict[str, Any]) -> str:
         f"`{summary['model_name']}` ({summary['model_info']}) sampled at T = {cfg['temperature']:g} with its chat template on the "
         f"`arith_ladder` task (`llm_harness/tasks/arith_ladder.py`), split `{cfg['split']}`: {stats[-1]['prompts']} prompts x "
         f"{cfg['samples']} samples, responses of at most {cfg['max_new_tokens']} tokens, seed {cfg['seed']}. "
-        f"Regenerate with `vsr model card --out {cfg['out']}` (after `make real-model`); the configuration is in `config.yaml`, every number "
+        f"Regenerate with `vsr model card{_task_flag(cfg)} --out {cfg['out']}` (after `make real-model`); the configuration is in `config.yaml`, every number "
         "below in `summary.json`, per-prompt results in `prompts.csv`, every sample with its response and the answer "
         "read from it in `samples.jsonl`.",
         "",
@@ -430,9 +446,13 @@ def render_readme(summary: dict[str, Any]) -> str:
         f"A response that reaches the {cfg['max_new_tokens']}-token budget (column *at budget*) is graded on the text so far; "
         f"{_fmt(stats[-1]['share_correct_at_budget'])} of the correct samples are such cut-off responses. How the verifier "
         "found the answer, over all samples: " + ", ".join(f"{k or 'no number'} {v}" for k, v in summary["answer_rules"].items()) + ". "
-        "The verifier reads the last number, so a rambling response can pass by mentioning the answer last without "
-        "stating it; *correct, stated* is the share of correct samples that state it as a result (`= 5`, `is 5`, "
-        "`equals 5`, ...: `arith_ladder.states_result`), the rest are such incidental passes.",
+        + ("The verifier reads only a declared final answer (`answer_mode: strict`: `\\boxed{}`, `#### N`, \"the answer is "
+         "N\"), so a number the response merely mentions never passes; *correct, stated* is the share of correct samples "
+         "that also state it as a result (`= 5`, `is 5`, ...: `arith_ladder.states_result`)."
+         if _answer_mode(cfg) == "strict" else
+         "The verifier reads the last number, so a rambling response can pass by mentioning the answer last without "
+         "stating it; *correct, stated* is the share of correct samples that state it as a result (`= 5`, `is 5`, "
+         "`equals 5`, ...: `arith_ladder.states_result`), the rest are such incidental passes."),
         "",
         *_chance_lines(summary),
         "![pass rates](pass_rates.png)",

@@ -11,7 +11,9 @@
 # Env: FULL=1 (the full sizes, below), DEVICE (cpu; cuda = the HF backend on the GPU at 2048 sequences a batch),
 #      BACKEND (vllm on cpu, hf otherwise), PYTHON (.venv-vllm/bin/python), MODEL (an imported model folder; default
 #      `vsr model import` of the named model, which needs `make real-model`), N_PROBLEMS (replaces the study's problem
-#      count; the folder is then <study>-<N>), TAG (appended to the folder name, e.g. -h200).
+#      count; the folder is then <study>-<N>), TAG (appended to the folder name, e.g. -h200),
+#      STRICT=1 (the strict verifier: arith_ladder's answer_mode strict, a declared final answer only, with
+#      STRICT_INSTRUCTION asking for one and STRICT_BUDGETS as level_budgets; the folder is then <study>...-strict).
 # The H200 runs in figures/real_model/*-h200/ ran the same studies as (PYTHON=python3 MODEL=<folder imported there> DEVICE=cuda TAG=-h200):
 #   FULL=1 scripts/real_model_studies.sh prefix-selection mte-correlation
 #   FULL=1 N_PROBLEMS=200 scripts/real_model_studies.sh prefix-selection
@@ -25,6 +27,11 @@ export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 MODEL="${MODEL:-$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)}"
 COMMON=(--backend "$BACKEND" --device "$DEVICE" "${BATCH[@]}" --model "$MODEL" --task arith_ladder --split test
         --min-difficulty 0 --response-budget 64 --seed 0 --no-progress)
+if [ "${STRICT:-0}" = 1 ]; then  # the strict verifier: only a declared final answer passes (the card's chance level)
+  COMMON+=(--task-params answer_mode=strict "instruction=${STRICT_INSTRUCTION:-Answer briefly and finish with \"The answer is\" and the number.}"
+           "level_budgets=${STRICT_BUDGETS:-"{}"}")
+  TAG="${TAG:-}-strict"
+fi
 run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already in its records folder
   local study="$1"; shift
   local dir="$OUT/$study$SUFFIX${TAG:-}"

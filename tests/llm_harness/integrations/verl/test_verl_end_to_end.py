@@ -264,6 +264,50 @@ def test_extra_novelty_in_verls_loop_is_the_estimators_on_the_rows_it_trained(ev
     assert bonus > 0, "no row got a novelty bonus: the check would not tell ExTra from GRPO"
 
 
+#: PS's triage thresholds (``PrefixSamplingConfig``'s defaults, which ``train.sh ps`` keeps): below ``low`` with a
+#: success is too hard, above ``high`` with a failure too easy
+PS_LOW, PS_HIGH = 0.3, 0.7
+
+
+def test_prefix_sampling_in_verls_loop_replays_last_steps_triaged_trajectories(data, tmp_path):
+    """``train.sh ps`` (Prefix Sampling through the ``vsr_prefix`` loop and the buffer actor) for four steps: every
+    prefix task of step t continues a trajectory of step t − 1 verbatim, a success of a group below PS's low pass rate
+    (bucket ``hard``) or a failure of a group above its high one (``easy``), with the prefix outside the loss; the
+    prefix tasks take at most ``max_share`` of a step's prompts; verl trains on them (finite advantages, the
+    parameters move). Four steps give twelve fresh groups of four to triage: a group lands in a bucket with one or three
+    successes, so a launch without any prefix task is unlikely."""
+    log = launch("ps", data, tmp_path, 4, "actor_rollout_ref.rollout.temperature=1.2", model=shipped_checkpoint("mid"))
+    assert steps_logged(log) == [1, 2, 3, 4]
+    steps = [audit(tmp_path, s) for s in (1, 2, 3, 4)]
+    tasks = {"hard": 0, "easy": 0}
+    for prev, cur in zip(steps, steps[1:]):
+        pass_rate = {uid: np.mean([x["reward"] > 0 for x in g]) for uid, g in groups(prev["rows"]).items()}
+        fresh_prev = [r for r in prev["rows"] if r["extra"]["vsr_origin"] == "fresh"]
+        prefix_groups = set()
+        for r in cur["rows"]:
+            e = r["extra"]
+            if e["vsr_origin"] != "replayed_prefix":
+                assert e["vsr_ps_bucket"] == "" and int(e["vsr_prefix_len"]) == 0
+                continue
+            bucket, L = e["vsr_ps_bucket"], int(e["vsr_prefix_len"])
+            assert bucket in tasks and 0 < L < RESP
+            assert r["response_mask"][:L] == [0] * L and all(r["response_mask"][L:])  # the prefix is context
+            # the source: a fresh row of the previous step with the same prompt and these first L response tokens,
+            # a success of a too-hard group or a failure of a too-easy one
+            src = [x for x in fresh_prev if x["prompt_ids"] == r["prompt_ids"] and x["response_ids"][:L] == r["response_ids"][:L]
+                   and ((x["reward"] > 0 and 0 < pass_rate[x["uid"]] < PS_LOW) if bucket == "hard"
+                        else (x["reward"] <= 0 and PS_HIGH < pass_rate[x["uid"]] < 1))]
+            assert src, f"{r['key']}: no {bucket} trajectory of step {prev['global_step']} starts with its prefix"
+            assert np.all(np.isfinite(np.asarray(r["advantages"], dtype=float)))
+            prefix_groups.add(r["uid"])
+            tasks[bucket] += 1
+        assert len(prefix_groups) <= B // 2  # ``train.sh ps``: max_share 0.5 of the prompts
+    assert tasks["hard"] + tasks["easy"] > 0, f"no prefix task in steps 2-4 ({tasks}): the check would not tell PS from GRPO"
+    print(f"PS prefix rows in steps 2-4: {tasks}")
+    before, after = weights(shipped_checkpoint("mid")), weights(tmp_path / "checkpoints/global_step_2/actor/huggingface")
+    assert any(not np.allclose(before[k].float().numpy(), after[k].float().numpy()) for k in before if k in after)
+
+
 def test_agents_gigpo_over_vsr_env_episodes_in_verls_loop(tmp_path):
     """``train.sh vsr_gigpo`` on the test bed's Sokoban agent: episodes of the ``vsr_env`` loop, GiGPO's per-turn
     advantages. The agent's context is 384 tokens and Sokoban's first prompt 317, so verl's whole-interaction format

@@ -1,0 +1,65 @@
+"""scripts/real_model_studies.sh: the arguments it hands each study (a stand-in for the interpreter records them)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "real_model_studies.sh"
+
+
+def _run(tmp_path: Path, *studies: str, **env: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """The script with PYTHON a stand-in that appends its arguments to a file (one line per study) instead of
+    running one."""
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%q " "$@" >> {shlex.quote(str(calls))}\necho >> {shlex.quote(str(calls))}\n')
+    fake.chmod(0o755)
+    res = subprocess.run(["bash", str(SCRIPT), *studies], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "MODEL": str(tmp_path / "model"),
+                              "OUT": str(tmp_path / "out"), **env})
+    lines = calls.read_text().splitlines() if calls.is_file() else []
+    return res, [shlex.split(line) for line in lines]
+
+
+def _params(args: list[str]) -> list[str]:
+    i = args.index("--task-params")
+    out = []
+    for a in args[i + 1:]:
+        if a.startswith("--"):
+            break
+        out.append(a)
+    return out
+
+
+def test_strict_hands_every_study_the_strict_verifier_its_instruction_and_budgets(tmp_path):
+    res, calls = _run(tmp_path, "hint-ratio", "failed-prefix", STRICT="1", STRICT_BUDGETS="{word: 64}")
+    assert res.returncode == 0, res.stderr
+    assert len(calls) == 2
+    for call, study in zip(calls, ("hint-ratio", "failed-prefix")):
+        assert call[:3] == ["-m", "vsr", "study"] and call[3] == study
+        params = _params(call)
+        assert "answer_mode=strict" in params and "level_budgets={word: 64}" in params
+        assert 'instruction=Answer briefly and finish with "The answer is" and the number.' in params
+        assert call[call.index("--out") + 1] == str(tmp_path / "out" / f"{study}-strict")
+
+
+def test_without_strict_the_studies_keep_the_committed_verifier(tmp_path):
+    res, calls = _run(tmp_path, "hint-ratio")
+    assert res.returncode == 0, res.stderr
+    assert "--task-params" not in calls[0] and calls[0][calls[0].index("--out") + 1] == str(tmp_path / "out" / "hint-ratio")
+
+
+def test_an_unknown_study_is_named(tmp_path):
+    res, calls = _run(tmp_path, "nope")
+    assert res.returncode == 2 and "unknown study 'nope'" in res.stderr and not calls
+
+
+@pytest.mark.parametrize("n", ["0", "x"])
+def test_a_bad_problem_count_is_refused(tmp_path, n):
+    res, _ = _run(tmp_path, "hint-ratio", N_PROBLEMS=n)
+    assert res.returncode == 2 and "N_PROBLEMS must be a positive integer" in res.stderr
