@@ -303,7 +303,6 @@ def test_prefix_sampling_in_verls_loop_replays_last_steps_triaged_trajectories(d
             tasks[bucket] += 1
         assert len(prefix_groups) <= B // 2  # ``train.sh ps``: max_share 0.5 of the prompts
     assert tasks["hard"] + tasks["easy"] > 0, f"no prefix task in steps 2-4 ({tasks}): the check would not tell PS from GRPO"
-    print(f"PS prefix rows in steps 2-4: {tasks}")
     before, after = weights(shipped_checkpoint("mid")), weights(tmp_path / "checkpoints/global_step_2/actor/huggingface")
     assert any(not np.allclose(before[k].float().numpy(), after[k].float().numpy()) for k in before if k in after)
 
