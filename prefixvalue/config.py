@@ -187,9 +187,25 @@ def _json_ready(v: Any) -> Any:
 
 
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``"field: old -> new"`` for every key whose value differs between two identity dicts."""
+    """``"field: old -> new"`` for every key whose value differs between two identity dicts (task parameters that
+    resolve to the same task configuration count as equal: ``answer_mode=lenient`` spelled out or left at its
+    default, :func:`same_task_config`)."""
     keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in keys if old.get(k) != new.get(k)]
+    return [f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}" for k in keys if old.get(k) != new.get(k)
+            and not (k == "task_params" and old.get("task") == new.get("task")
+                     and same_task_config(str(new.get("task")), old.get(k) or (), new.get(k) or ()))]
+
+
+def same_task_config(task: str, a: Any, b: Any) -> bool:
+    """Whether two lists of ``key=value`` task parameters build ``task`` with equal configurations (False when
+    either cannot be built: the raw lists then decide)."""
+    from llm_harness.tasks import get_task
+
+    try:
+        ca, cb = (getattr(get_task(task, **parse_task_params(tuple(p))), "config", None) for p in (a, b))
+    except (TypeError, ValueError, KeyError):
+        return False
+    return ca is not None and ca == cb
 
 
 def config_json(cfg: StudyConfig) -> dict[str, Any]:

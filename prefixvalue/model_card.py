@@ -59,7 +59,9 @@ class CardConfig:
     (``vsr model import --name``)."""
     task_params: tuple[str, ...] = ("n_test=52",)
     """Parameters of the ``arith_ladder`` task as ``key=value`` strings (e.g. ``levels=[add,sub]``); default: 52 test
-    prompts per level, 260 over the five levels."""
+    prompts per level, 260 over the five levels. Unless they set ``answer_mode``, the strict reader and its
+    instruction are added (``arith_ladder.with_strict_reader``); ``answer_mode=lenient`` gives the committed lenient
+    card (``figures/real_model/card``)."""
     split: str = "test"
     """Split of the ladder whose prompts are measured."""
     samples: int = 8
@@ -101,7 +103,10 @@ class CardConfig:
         if not self.out:
             object.__setattr__(self, "out", str(Path("runs") / "model_card" / _folder_name(self.model)))
         check_number("temperature", self.temperature, 0, lo_open=True)
-        object.__setattr__(self, "task_params", tuple(self.task_params))
+        from llm_harness.tasks.arith_ladder import with_strict_reader
+        from llm_harness.tasks.base import check_task_params
+
+        object.__setattr__(self, "task_params", with_strict_reader(check_task_params(self.task_params)))
         object.__setattr__(self, "alphas", tuple(float(a) for a in self.alphas))
         if not self.alphas:
             raise ValueError("alphas: must not be empty")

@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# GRPO + VSR on SmolLM2-135M-Instruct (configs/real_smollm2_vsr_grpo.yaml), one seed: held-out accuracy before and
-# after (`vsr eval`, test split of the arithmetic ladder, 4 samples per prompt at T = 1), the run's metrics, peak
-# memory (GNU time) and the s/step split, summarised into figures/real_model/grpo/README.md.
+# GRPO + VSR on SmolLM2-135M-Instruct (CONFIG, default configs/real_smollm2_vsr_grpo.yaml), one seed: held-out
+# accuracy before and after (`vsr eval`, test split of the arithmetic ladder read with the config's task parameters,
+# 4 samples per prompt at T = 1), the run's metrics, peak memory (GNU time) and the s/step split, summarised into
+# OUT/README.md (default figures/real_model/grpo/strict).
 # Usage: scripts/real_model_grpo.sh [BACKEND] [TRAINER OVERRIDES...]   (hf, or vllm: then PYTHON defaults to
-# .venv-vllm's; e.g. `OUT=figures/real_model/grpo/lean_bf16 scripts/real_model_grpo.sh hf --run.precision bf16`)
+# .venv-vllm's). The lenient runs committed first: CONFIG=configs/real_smollm2_vsr_grpo_lenient.yaml with
+# OUT=figures/real_model/grpo (vllm), .../grpo/lean (hf), .../grpo/lean_bf16 (hf --run.precision bf16).
 # Needs `make real-model` (installs and imports the model into the cache). ~30 min on 2 CPU cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKEND="${1:-hf}"
 shift || true
 if [ "$BACKEND" = vllm ]; then PY="${PYTHON:-.venv-vllm/bin/python}"; else PY="${PYTHON:-.venv/bin/python}"; fi
-OUT="${OUT:-figures/real_model/grpo}"
-RUN="${RUN:-runs/real_smollm2_vsr_grpo_$BACKEND}"
+CONFIG="${CONFIG:-configs/real_smollm2_vsr_grpo.yaml}"
+OUT="${OUT:-figures/real_model/grpo/strict}"
+RUN="${RUN:-runs/$(basename "$CONFIG" .yaml)_$BACKEND}"
 export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # the imported folder (the import is verified and idempotent; it needs the model's wheel, installed in .venv)
 MODEL="$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)"
 mkdir -p "$OUT"
-EVAL=(--model.backend "$BACKEND" --task arith_ladder --split test --n-problems 260 --k 4 --temperature 1.0
-      --top-p 1.0 --max-new-tokens 48 --seed 1)
+# the config's task parameters (the verifier and its instruction), so evaluation reads answers as training does
+mapfile -t TASK_PARAMS < <("$PY" -c 'import json, sys, yaml
+for k, v in (((yaml.safe_load(open(sys.argv[1])) or {}).get("task") or {}).get("params") or {}).items():
+    print(f"{k}={v if isinstance(v, str) else json.dumps(v)}")' "$CONFIG")
+EVAL=(--model.backend "$BACKEND" --task arith_ladder --task-params "${TASK_PARAMS[@]}" --split test --n-problems 260
+      --k 4 --temperature 1.0 --top-p 1.0 --max-new-tokens 48 --seed 1)
 [ -f "$OUT/eval_before/eval.json" ] || "$PY" -m vsr eval --model "$MODEL" "${EVAL[@]}" --out "$OUT/eval_before"
 resume=false; [ -d "$RUN" ] && resume=true
-/usr/bin/time -v -o "$OUT/train_time.txt" "$PY" -m vsr train --config configs/real_smollm2_vsr_grpo.yaml \
+/usr/bin/time -v -o "$OUT/train_time.txt" "$PY" -m vsr train --config "$CONFIG" \
     --model "$MODEL" --model.backend "$BACKEND" --out "$RUN" --run.progress false --run.resume "$resume" "$@"
 "$PY" -m vsr eval --run-dir "$RUN" "${EVAL[@]}" --out "$OUT/eval_after"
 # the run's own resolved config (the committed one with this run's overrides applied)
 cp "$RUN/config.yaml" "$OUT/real_smollm2_vsr_grpo.yaml"
 cp "$RUN/metrics.jsonl" "$RUN/memory.json" "$OUT/"
-"$PY" scripts/real_model_grpo_report.py --out "$OUT" --backend "$BACKEND"
+"$PY" scripts/real_model_grpo_report.py --out "$OUT" --backend "$BACKEND" --config "$CONFIG"

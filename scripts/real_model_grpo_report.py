@@ -37,6 +37,34 @@ def _run_options(out: Path) -> dict:
     return {k: run[k] for k in keys if k in run}
 
 
+def _task_params(out: Path) -> dict:
+    """The run's task parameters as its saved config states them (``{}``: the task's defaults)."""
+    import yaml
+
+    cfg = out / "real_smollm2_vsr_grpo.yaml"
+    if not cfg.is_file():
+        return {}
+    return ((yaml.safe_load(cfg.read_text()) or {}).get("task") or {}).get("params") or {}
+
+
+def _verifier_words(params: dict) -> str:
+    """How the run's verifier reads an answer, in words (arith_ladder's answer modes)."""
+    if params.get("answer_mode") == "strict":
+        return ("the verifier reads only a declared final answer (`answer_mode: strict`; the prompt asks for one: "
+                f"\"{params.get('instruction', '')}\"), so a pass cannot be an incidental last number "
+                "(figures/real_model/card-strict gives its chance level per level)")
+    return ("the ladder's verifier reads a declared answer, else the last number of a response (`answer_mode: lenient`; "
+            "figures/real_model/card gives its chance level and says how often a correct sample states its answer)")
+
+
+def _length_reading(before: float, after: float) -> str:
+    """The README's bullet on response lengths (shorter responses can explain part of a gain under a budget)."""
+    if after < before:
+        return (f"* Responses got shorter ({before:.1f} -> {after:.1f} tokens) under the 48-token budget, so part of "
+                "a gain can be the policy learning to finish inside the budget rather than to compute better.")
+    return f"* Responses did not get shorter ({before:.1f} -> {after:.1f} tokens)."
+
+
 def _gap_line(gap: dict) -> str:
     """The bf16 run's train/sample log-prob gap and its importance-weight correction, as one README bullet."""
     if not gap:
@@ -74,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="hf")
     ap.add_argument("--load", default="", help="the machine's load while the run trained, in words (README)")
     ap.add_argument("--note", default="", help="a paragraph under the title (how this variant was run, README)")
+    ap.add_argument("--config", default="configs/real_smollm2_vsr_grpo.yaml", help="the config the run started from")
     a = ap.parse_args(argv)
     out = Path(a.out)
     before = json.loads((out / "eval_before" / "eval.json").read_text())
@@ -114,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "time_split_median_s": split, "peak_rss_mib": _peak_rss_mib(out / "train_time.txt"),
         "memory": json.loads((out / "memory.json").read_text()) if (out / "memory.json").is_file() else None,
         "run_options": _run_options(out),
+        "task_params": _task_params(out),
         # bf16 only: the train/sample log-prob gap and the truncated-IS correction (medians over the updates)
         "precision_gap": {key: statistics.median(r[key] for r in rows if r.get(key) is not None)
                           for key in ("mismatch_logp_mean", "mismatch_logp_p99", "tis_weight_mean",
@@ -126,10 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     sp = ", ".join(f"{k_[5:-2]} {v:.1f}" for k_, v in split.items() if k_ != "time_step_s")
     readme = f"""# GRPO + VSR on a real pretrained model: SmolLM2-135M-Instruct on the arithmetic ladder
 
-One seed, {len(rows)} updates of `configs/real_smollm2_vsr_grpo.yaml` (GRPO, 8 prompts x 8 samples, 48 new tokens,
+One seed, {len(rows)} updates of `{a.config}` (GRPO, 8 prompts x 8 samples, 48 new tokens,
 lr 5e-6, VSR with rho 0.25 cold-started from the reference solutions), generation on the **{a.backend}** backend,
-the model's own tokenizer and chat template. Reproduce: `scripts/real_model_grpo.sh {a.backend}` (after
-`make real-model`; `make vllm-test` builds the vLLM environment).
+the model's own tokenizer and chat template; {_verifier_words(summary['task_params'])}. Reproduce:
+`CONFIG={a.config} OUT={a.out} scripts/real_model_grpo.sh {a.backend}` (after `make real-model`; `make vllm-test` builds
+the vLLM environment).
 
 {(a.note + chr(10) + chr(10)) if a.note else ''}## Held-out accuracy (test split, {len(b)} prompts x {k} samples at T = 1)
 
@@ -163,10 +194,7 @@ updates, {summary['reward_mean_last5']:.3f} over the last five.
 * What this run shows: the trainer, a plug-in (VSR's cold-start buffer of reference-solution prefixes) and
   evaluation work end to end on a real tokenizer and chat template{', with weights synced into vLLM after every update' if a.backend == 'vllm' else ''}. One seed and 20 updates: the accuracy change is a paired interval over the 260 test prompts (the
   sampling noise of the evaluation), not over training seeds.
-* Responses got shorter ({summary['length_before']:.1f} -> {summary['length_after']:.1f} tokens) while most
-  samples of the base model ran into the 48-token budget (figures/real_model/card), so part of the gain can be
-  the policy learning to finish inside the budget rather than to compute better; the ladder's verifier reads the
-  last number of a response (figures/real_model/card says how often a correct sample states its answer).
+{_length_reading(summary['length_before'], summary['length_after'])}
 {_memory_reading(a.backend, summary['memory'])}
 """
     write_text(out / "README.md", readme)

@@ -2,8 +2,9 @@
 # The five prefix-value studies (VSR App. D.5 / Fig. 7, ExTra §5.6 / Fig. 4) on SmolLM2-135M-Instruct through the
 # vLLM backend on the CPU (or the HF backend on a GPU: DEVICE=cuda), all five levels of the arithmetic ladder's test
 # split (interleaved, so the first N problems hold every level equally; the study default --min-difficulty 5 is the
-# test bed's), responses of at most 64 tokens. Reports in figures/real_model/<study>/, the records they are built
-# from (study.json, config.yaml, chunks/, results.parquet) in records/real_model/<study>/ (prefixvalue/store.py).
+# test bed's), responses of at most 64 tokens, read by the strict verifier (STRICT below). Reports in
+# figures/real_model/<study>-strict/, the records they are built from (study.json, config.yaml, chunks/,
+# results.parquet) in records/real_model/<study>-strict/ (prefixvalue/store.py).
 # Usage: scripts/real_model_studies.sh [STUDY ...]    (default: all five, in the order below)
 # Needs `make real-model` and `make vllm-test` (builds .venv-vllm). Resumable: rerun the same command after an
 # interruption and every study continues from its last finished chunk. About 1.7 h on 2 CPU cores at the default sizes
@@ -12,8 +13,9 @@
 #      BACKEND (vllm on cpu, hf otherwise), PYTHON (.venv-vllm/bin/python), MODEL (an imported model folder; default
 #      `vsr model import` of the named model, which needs `make real-model`), N_PROBLEMS (replaces the study's problem
 #      count; the folder is then <study>-<N>), TAG (appended to the folder name, e.g. -h200),
-#      STRICT=1 (the strict verifier: arith_ladder's answer_mode strict, a declared final answer only, with
-#      STRICT_INSTRUCTION asking for one and STRICT_BUDGETS as level_budgets; the folder is then <study>...-strict).
+#      STRICT (1, the default: the strict verifier, arith_ladder's answer_mode strict, a declared final answer only,
+#      with STRICT_INSTRUCTION asking for one and STRICT_BUDGETS as level_budgets, into <study>...-strict/;
+#      0: the lenient last-number verifier of the runs committed first, into <study>.../ as they are).
 # The H200 runs in figures/real_model/*-h200/ ran the same studies as (PYTHON=python3 MODEL=<folder imported there> DEVICE=cuda TAG=-h200):
 #   FULL=1 scripts/real_model_studies.sh prefix-selection mte-correlation
 #   FULL=1 N_PROBLEMS=200 scripts/real_model_studies.sh prefix-selection
@@ -27,11 +29,14 @@ export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 MODEL="${MODEL:-$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)}"
 COMMON=(--backend "$BACKEND" --device "$DEVICE" "${BATCH[@]}" --model "$MODEL" --task arith_ladder --split test
         --min-difficulty 0 --response-budget 64 --seed 0 --no-progress)
-if [ "${STRICT:-0}" = 1 ]; then  # the strict verifier: only a declared final answer passes (the card's chance level)
-  COMMON+=(--task-params answer_mode=strict "instruction=${STRICT_INSTRUCTION:-Answer briefly and finish with \"The answer is\" and the number.}"
-           "level_budgets=${STRICT_BUDGETS:-"{}"}")
-  TAG="${TAG:-}-strict"
-fi
+case "${STRICT:-1}" in
+  1)  # the strict verifier: only a declared final answer passes (the card's chance level; arith_ladder.STRICT_READER)
+    COMMON+=(--task-params answer_mode=strict "instruction=${STRICT_INSTRUCTION:-Answer briefly and finish with \"The answer is\" and the number.}"
+             "level_budgets=${STRICT_BUDGETS:-"{}"}")
+    TAG="${TAG:-}-strict" ;;
+  0) COMMON+=(--task-params answer_mode=lenient) ;;  # a declared answer, else the last number (the first runs)
+  *) echo "STRICT must be 1 (the strict verifier) or 0 (the lenient one), got '$STRICT'" >&2; exit 2 ;;
+esac
 run() {  # run STUDY ARGS...: one study, timed; resumes from the chunks already in its records folder
   local study="$1"; shift
   local dir="$OUT/$study$SUFFIX${TAG:-}"

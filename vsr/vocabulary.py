@@ -58,6 +58,9 @@ class Vocabulary:
     """The command's own flag of the model (after the vocabulary is applied)."""
     defaults: Callable[[Any, bool], dict[str, str]] | None = None
     """``(ModelDefaults, quick) -> {command's flag: value}``: what a chat model fills when not given."""
+    reader: bool = False
+    """A chat model's reader (``ModelDefaults.reader``: the strict answer reader) completes the task parameters
+    when the command runs the model's default task and nothing sets ``answer_mode``."""
 
 
 def _study_defaults(d: Any, quick: bool) -> dict[str, str]:
@@ -71,16 +74,16 @@ def _study_defaults(d: Any, quick: bool) -> dict[str, str]:
 _TRAIN = Vocabulary(
     flags={"--model": "--model.path", "--task": "--task.name", "--out": "--run.run-dir"},
     deprecated={"--model.path": "--model", "--task.name": "--task", "--run.run-dir": "--out"},
-    task_params_field=True, model_flag="--model.path",
+    task_params_field=True, model_flag="--model.path", reader=True,
     defaults=lambda d, quick: {"--task.name": d.task, "--rollout.max-new-tokens": str(d.max_new_tokens)},
 )
 _EVAL = Vocabulary(
     flags={"--model": "--model.path", "--task": "--task.name", "--out": "--out-dir"},
     deprecated={"--model.path": "--model", "--task.name": "--task", "--out-dir": "--out"},
-    task_params_field=True, model_flag="--model.path",
+    task_params_field=True, model_flag="--model.path", reader=True,
     defaults=lambda d, quick: {"--task.name": d.task, "--max-new-tokens": str(d.max_new_tokens)},
 )
-_STUDY = Vocabulary(defaults=_study_defaults)
+_STUDY = Vocabulary(defaults=_study_defaults, reader=True)
 _LAB = Vocabulary(defaults=lambda d, quick: {"--train-config": d.train_config})
 
 #: command -> its vocabulary (commands not listed take none of these flags).
@@ -196,12 +199,43 @@ def apply_vocabulary(name: str, args: Sequence[str], mapping: Mapping[str, Any] 
     if voc.task_params_field:
         out, params = split_task_params(out)
     if voc.defaults is not None:
-        out = _with_model_defaults(name, voc, out, mapping, err)
+        model, d = _chat_defaults(name, voc, out, mapping)
+        if d is not None:
+            out = _with_model_defaults(name, voc, model, d, out, mapping, err)
+            if voc.reader and d.reader:
+                out, params = _with_reader(name, voc, model, d, out, params, mapping, err)
     return out, params
 
 
-def _with_model_defaults(name: str, voc: Vocabulary, args: list[str], mapping: Mapping[str, Any] | None,
-                         err) -> list[str]:
+def _with_reader(name: str, voc: Vocabulary, model: str, d: Any, args: list[str], params: tuple[str, ...] | None,
+                 mapping: Mapping[str, Any] | None, err) -> tuple[list[str], tuple[str, ...] | None]:
+    """The task parameters completed by the chat model's reader (``d.reader``) when the command runs ``d.task``
+    and neither the flags nor the config file set ``answer_mode`` (the keys either sets keep their values)."""
+    node = (mapping or {}).get("task")
+    if voc.task_params_field:  # train / eval: task.name and the task.params mapping
+        task = _flag_value(args, voc.flags["--task"]) or (node.get("name") if isinstance(node, Mapping) else None)
+        in_file = list((node.get("params") or {}) if isinstance(node, Mapping) else {})
+        given = list(params or ())
+    else:  # the studies: --task and --task-params of their own
+        task = _flag_value(args, "--task") or node
+        in_file = [str(p).split("=", 1)[0] for p in ((mapping or {}).get("task_params") or ())]
+        args, flagged = split_task_params(args)
+        given = list(flagged or ())
+    keys = [f"{k}=" for k in in_file] + given  # only the keys matter for what the reader fills
+    extra = list(_call(d.reader, tuple(keys))[len(keys):])
+    if task == d.task and extra:
+        import shlex
+
+        print(f"vsr {name}: {model} is a {d.kind}: reading {d.task} with --task-params "
+              + " ".join(shlex.quote(p) for p in extra) + " (answer_mode=lenient: the last-number reader)", file=err)
+        given += extra
+    if voc.task_params_field:
+        return args, (tuple(given) if given or params is not None else None)
+    return (args + ["--task-params", *given]) if given else args, params
+
+
+def _chat_defaults(name: str, voc: Vocabulary, args: list[str], mapping: Mapping[str, Any] | None) -> tuple[str, Any]:
+    """The command's model argument and its defaults (``ModelDefaults``; None: a test-bed model or no model)."""
     model = _flag_value(args, voc.model_flag)
     if model is None and name == "eval":
         run_dir = _flag_value(args, "--run-dir") or (mapping or {}).get("run_dir") or ""
@@ -210,10 +244,12 @@ def _with_model_defaults(name: str, voc: Vocabulary, args: list[str], mapping: M
         node = mapping.get("model")
         model = node.get("path") if isinstance(node, Mapping) else node
     if not isinstance(model, str) or not model:
-        return args
-    d = _call(_MODEL_DEFAULTS, model)
-    if d is None:
-        return args
+        return "", None
+    return model, _call(_MODEL_DEFAULTS, model)
+
+
+def _with_model_defaults(name: str, voc: Vocabulary, model: str, d: Any, args: list[str],
+                         mapping: Mapping[str, Any] | None, err) -> list[str]:
     quick = _quick(args, mapping)
     given = {_key(a) for a in args}
     added = {f: v for f, v in voc.defaults(d, quick).items() if f not in given and not _in_mapping(mapping, f)}

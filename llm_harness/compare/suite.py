@@ -391,8 +391,8 @@ register_suite(
             Method("pros", "real_prefix_pros.yaml", "PROS (half the batch from the tree)", "prefix"),
         ),
         regimes=(
-            Regime("smollm2", "SmolLM2-135M-Instruct on the arithmetic ladder's five levels with its chat template, 8 "
-                   "prompts x 8 samples of at most 48 tokens per update at T 1, the lean step; held-out: the test split's "
+            Regime("smollm2", "SmolLM2-135M-Instruct on the arithmetic ladder's five levels with its chat template and "
+                   "the strict verifier (a declared final answer only), 8 prompts x 8 samples of at most 48 tokens per update at T 1, the lean step; held-out: the test split's "
                    "311 problems x 4 samples at T 1"),
         ),
         sizes={"seeds": 5, "steps": 20, "eval_problems": 311, "eval_k": 4, "eval_every": 20},

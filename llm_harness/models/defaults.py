@@ -5,7 +5,9 @@ The shipped test-bed checkpoints speak the character task (``step_arith``: ``A:<
 responses in the studies, the 5-6-term chains). A pretrained chat model scores 0 there by construction (it is
 never asked for ``A:<n>``); its task is the arithmetic ladder (``llm_harness.tasks.arith_ladder``) with a
 48-token response for generation (the budget of ``figures/real_model/card``) and 64 tokens for the prefix-value
-studies (``figures/real_model``), every level of the test split.
+studies (``figures/real_model``), every level of the test split, read by the strict verifier (a declared final
+answer only, with the instruction to declare one: ``arith_ladder.STRICT_READER``) unless the task parameters set
+``answer_mode``.
 
 :func:`model_defaults` classifies a command's model argument **without loading it** (a registered name, an
 alias of the cache or a folder: its tokenizer files say whether it has a chat template) and returns the
@@ -41,12 +43,16 @@ class ModelDefaults:
     """Problems of a ``--quick`` study (a few minutes on 2 CPU cores with this model's longer responses)."""
     train_config: str
     """Training config giving the rollout settings of ``vsr lab`` / ``vsr advise``."""
+    reader: str = ""
+    """``module:function`` completing the default task's ``key=value`` parameters where the user's do not choose
+    the reader (``train``, ``eval``, the studies); empty: none."""
 
 
 #: The defaults of a pretrained chat model (SmolLM2-135M-Instruct's measured budgets; any chat model the same).
 CHAT_MODEL = ModelDefaults(kind="chat model", task="arith_ladder", max_new_tokens=48, study_budget=64,
                            study_split="test", study_min_difficulty=0.0, quick_problems=20,
-                           train_config="configs/real_smollm2_lab.yaml")
+                           train_config="configs/real_smollm2_lab.yaml",
+                           reader="llm_harness.tasks.arith_ladder:with_strict_reader")
 
 
 def folder_has_chat_template(folder: str | Path) -> bool:

@@ -65,7 +65,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 from llm_harness.tasks.base import (MAX_SPLIT_PROBLEMS, RESPONSE_BUDGET_KEY, ParseStatus, Problem, Step, Task,
                                     VerifyResult, assign_split, partition_spans)
@@ -173,6 +173,24 @@ def read_strict_answer(text: str) -> tuple[ParseStatus, str | None, str]:
 
 #: answer mode -> reader (``ArithLadderConfig.answer_mode``)
 ANSWER_MODES = {"lenient": read_natural_answer, "strict": read_strict_answer}
+
+#: the instruction that asks a chat model to declare its answer: of three probed on SmolLM2-135M-Instruct (200 samples
+#: each, strict reader) it got the most declared answers (figures/real_model/card-strict/README.md)
+DECLARE_INSTRUCTION = 'Answer briefly and finish with "The answer is" and the number.'
+
+#: the real-model runs' reader (model card, studies, GRPO): a declared final answer only, asked for by
+#: :data:`DECLARE_INSTRUCTION`, as ``key=value`` task parameters (``vsr ... --task-params``)
+STRICT_READER: tuple[str, ...] = ("answer_mode=strict", f"instruction={DECLARE_INSTRUCTION}")
+
+
+def with_strict_reader(params: Sequence[str]) -> tuple[str, ...]:
+    """``key=value`` task parameters with :data:`STRICT_READER` filled in, unless they choose the reader
+    themselves (an ``answer_mode`` key: then they stay as given); a key they set keeps its value
+    (``instruction=...`` replaces the default instruction)."""
+    keys = {str(p).split("=", 1)[0].strip() for p in params}
+    if "answer_mode" in keys:
+        return tuple(params)
+    return (*params, *(p for p in STRICT_READER if p.split("=", 1)[0] not in keys))
 
 
 def verify_natural(completion: str, gold: int, mode: str = "lenient") -> VerifyResult:

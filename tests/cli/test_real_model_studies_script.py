@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from llm_harness.tasks.arith_ladder import DECLARE_INSTRUCTION
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "real_model_studies.sh"
 
@@ -36,22 +38,29 @@ def _params(args: list[str]) -> list[str]:
     return out
 
 
-def test_strict_hands_every_study_the_strict_verifier_its_instruction_and_budgets(tmp_path):
-    res, calls = _run(tmp_path, "hint-ratio", "failed-prefix", STRICT="1", STRICT_BUDGETS="{word: 64}")
+@pytest.mark.parametrize("env", [{}, {"STRICT": "1"}], ids=["default", "STRICT=1"])
+def test_strict_hands_every_study_the_strict_verifier_its_instruction_and_budgets(tmp_path, env):
+    res, calls = _run(tmp_path, "hint-ratio", "failed-prefix", STRICT_BUDGETS="{word: 64}", **env)
     assert res.returncode == 0, res.stderr
     assert len(calls) == 2
     for call, study in zip(calls, ("hint-ratio", "failed-prefix")):
         assert call[:3] == ["-m", "vsr", "study"] and call[3] == study
         params = _params(call)
         assert "answer_mode=strict" in params and "level_budgets={word: 64}" in params
-        assert 'instruction=Answer briefly and finish with "The answer is" and the number.' in params
+        assert f"instruction={DECLARE_INSTRUCTION}" in params  # the instruction the chat defaults use
         assert call[call.index("--out") + 1] == str(tmp_path / "out" / f"{study}-strict")
 
 
-def test_without_strict_the_studies_keep_the_committed_verifier(tmp_path):
-    res, calls = _run(tmp_path, "hint-ratio")
+def test_strict_0_keeps_the_lenient_verifier_and_folders_of_the_first_runs(tmp_path):
+    res, calls = _run(tmp_path, "hint-ratio", STRICT="0")
     assert res.returncode == 0, res.stderr
-    assert "--task-params" not in calls[0] and calls[0][calls[0].index("--out") + 1] == str(tmp_path / "out" / "hint-ratio")
+    assert _params(calls[0]) == ["answer_mode=lenient"]
+    assert calls[0][calls[0].index("--out") + 1] == str(tmp_path / "out" / "hint-ratio")
+
+
+def test_a_bad_strict_value_is_refused(tmp_path):
+    res, calls = _run(tmp_path, "hint-ratio", STRICT="yes")
+    assert res.returncode == 2 and "STRICT must be 1" in res.stderr and not calls
 
 
 def test_an_unknown_study_is_named(tmp_path):

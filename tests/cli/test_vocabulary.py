@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llm_harness.models.defaults import CHAT_MODEL, folder_has_chat_template, model_defaults
+from llm_harness.tasks.arith_ladder import STRICT_READER
 from vsr.cli import COMMANDS, parse_command
 from vsr.vocabulary import VOCABULARY, apply_vocabulary, split_task_params
 
@@ -100,9 +101,11 @@ def test_a_chat_model_gets_its_defaults_where_nothing_sets_them_and_says_so(tmp_
 def test_a_study_on_a_chat_model_runs_the_ladder_and_a_quick_study_is_small(tmp_path):
     chat = _chat_folder(tmp_path)
     args, _ = apply_vocabulary("study hint-ratio", ["--model", chat, "--quick"], err=io.StringIO())
+    args, params = split_task_params(args)
     cfg = dict(zip(args[3::2], args[4::2]))
     assert cfg == {"--task": "arith_ladder", "--split": "test", "--min-difficulty": "0.0",
                    "--response-budget": "64", "--n-problems": str(CHAT_MODEL.quick_problems)}
+    assert params == STRICT_READER  # the strict reader and its instruction
     args, _ = apply_vocabulary("study hint-ratio", ["--model", chat, "--quick", "false"], err=io.StringIO())
     assert "--n-problems" not in args
     args, _ = apply_vocabulary("study hint-ratio", ["--model", "mid", "--quick"], err=io.StringIO())
@@ -133,7 +136,7 @@ def test_parsed_configs_carry_the_vocabulary(tmp_path):
     _, cfg = parse_command("advise", ["--model", TINY, "--task-params", "n_train=60", "--seed", "2"])
     assert cfg.task_params == ("n_train=60",)
     _, cfg = parse_command("model card", ["--model", TINY, "--task-params", "seed=1", "--out", "x", "--seed", "3"])
-    assert (cfg.task_params, cfg.out, cfg.seed) == (("seed=1",), "x", 3)
+    assert (cfg.task_params, cfg.out, cfg.seed) == (("seed=1", *STRICT_READER), "x", 3)  # the card reads strictly
     _, cfg = parse_command("study sigma-validation", ["--model", TINY, "--task", "step_arith", "--task-params",
                                                       "seed=1", "--out", "y", "--seed", "3"])
     assert (cfg.task, cfg.task_params, cfg.out, cfg.seed) == ("step_arith", ("seed=1",), "y", 3)
@@ -170,3 +173,40 @@ def test_lab_and_advise_on_a_chat_model_take_the_ladders_rollouts(tmp_path, name
     assert "--train-config configs/real_smollm2_lab.yaml" in err.getvalue()
     args, _ = apply_vocabulary(name, ["--model", chat, "--train-config", "configs/testbed_grpo.yaml"], err=io.StringIO())
     assert args == ["--model", chat, "--train-config", "configs/testbed_grpo.yaml"]
+
+
+def test_a_chat_model_reads_the_ladder_strictly_unless_told_otherwise(tmp_path):
+    chat = _chat_folder(tmp_path)
+    err = io.StringIO()
+    _, params = apply_vocabulary("train", ["--model", chat], err=err)
+    assert params == STRICT_READER and "answer_mode=strict" in err.getvalue() and "answer_mode=lenient" in err.getvalue()
+    # keys the user sets keep their values; the others are filled
+    _, params = apply_vocabulary("eval", ["--model", chat, "--task-params", "n_test=9", "instruction=Be brief."],
+                                 err=io.StringIO())
+    assert params == ("n_test=9", "instruction=Be brief.", "answer_mode=strict")
+    # answer_mode given (flag or config file): nothing is filled, nothing said
+    err = io.StringIO()
+    _, params = apply_vocabulary("eval", ["--model", chat, "--task-params", "answer_mode=lenient"], err=err)
+    assert params == ("answer_mode=lenient",) and "reading" not in err.getvalue()
+    _, params = apply_vocabulary("train", ["--model", chat], {"task": {"name": "arith_ladder", "params": {
+        "answer_mode": "lenient"}}}, err=io.StringIO())
+    assert params is None
+    # a config file's instruction is not overridden by the default one
+    _, params = apply_vocabulary("train", ["--model", chat], {"task": {"name": "arith_ladder", "params": {
+        "instruction": "Mine."}}}, err=io.StringIO())
+    assert params == ("answer_mode=strict",)
+    # another task, or the test bed: untouched
+    args, params = apply_vocabulary("study hint-ratio", ["--model", chat, "--task", "step_arith"], err=io.StringIO())
+    assert "--task-params" not in args
+    _, params = apply_vocabulary("train", ["--model", chat, "--task", "step_arith"], err=io.StringIO())
+    assert params is None
+    args, params = apply_vocabulary("study hint-ratio", ["--model", "mid"], err=io.StringIO())
+    assert args == ["--model", "mid"]
+    # the studies: the strict keys join the user's own --task-params
+    args, _ = apply_vocabulary("study failed-prefix", ["--model", chat, "--task-params", "n_test=5", "--seed", "1"],
+                               err=io.StringIO())
+    rest, params = split_task_params(args)
+    assert params == ("n_test=5", *STRICT_READER) and "--seed" in rest
+    # parsed end to end: the config's task reads strictly
+    _, cfg = parse_command("eval", ["--model", chat, "--out", str(tmp_path / "e")])
+    assert cfg.task.name == "arith_ladder" and cfg.task.params["answer_mode"] == "strict"

@@ -91,3 +91,23 @@ def test_card_refuses_a_folder_without_config(tmp_path):
         run_card(CardConfig(model=str(tmp_path), out=str(tmp_path / "o"), progress=False))
     with pytest.raises(ValueError, match="reanalyze: .* has no samples.jsonl"):
         run_card(CardConfig(model=str(tmp_path), out=str(tmp_path / "o"), progress=False, reanalyze=True))
+
+
+def test_the_card_reads_strictly_unless_its_parameters_choose_the_reader():
+    from llm_harness.tasks.arith_ladder import DECLARE_INSTRUCTION
+    from llm_harness.tasks.base import parse_task_params
+    from prefixvalue.model_card import _answer_mode, _task_flag
+
+    params = CardConfig().task_params
+    task = get_task("arith_ladder", **parse_task_params(params))
+    assert task.config.answer_mode == "strict" and task.config.instruction == DECLARE_INSTRUCTION
+    assert task.config.n_test == 52
+    assert _answer_mode({"task_params": list(params)}) == "strict" and _task_flag({"task_params": list(params)}) == ""
+    # other parameters keep the strict reader; an instruction of one's own replaces the default one
+    own = CardConfig(task_params=("n_test=5", "instruction=Be brief.")).task_params
+    assert parse_task_params(own) == {"n_test": 5, "instruction": "Be brief.", "answer_mode": "strict"}
+    lenient = CardConfig(task_params=("n_test=52", "answer_mode=lenient")).task_params  # figures/real_model/card
+    assert lenient == ("n_test=52", "answer_mode=lenient")
+    assert _task_flag({"task_params": list(lenient)}) == " --task-params n_test=52 answer_mode=lenient"
+    with pytest.raises(ValueError, match="task_params\\[0\\]: expected 'key=value'"):
+        CardConfig(task_params=("n_test",))

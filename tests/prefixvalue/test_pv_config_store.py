@@ -161,3 +161,15 @@ def test_a_damaged_chunk_names_its_file_and_the_cli_flag(tmp_path):
         s.collect(1)
     with pytest.raises(ValueError, match="--overwrite"):
         ChunkStore(tmp_path, "demo", {"seed": 1})
+
+
+def test_task_params_that_build_the_same_task_are_the_same_identity():
+    from prefixvalue.config import config_diff
+
+    old = {"task": "arith_ladder", "task_params": [], "n_problems": 4}
+    # the default spelled out (a committed lenient study resumed after strict became the chat default)
+    assert config_diff(old, {**old, "task_params": ["answer_mode=lenient"]}) == []
+    assert config_diff(old, {**old, "task_params": ["answer_mode=strict"]}) == ["task_params: [] -> ['answer_mode=strict']"]
+    # another task with the same strings is compared on its own terms; unbuildable params fall back to the strings
+    assert config_diff({**old, "task": "step_arith"}, {**old, "task": "step_arith", "task_params": ["seed=0"]}) == []
+    assert config_diff(old, {**old, "task_params": ["answer_mode=nope"]}) != []

@@ -176,3 +176,19 @@ def test_babyai_agent_configs():
     levels = {load(f"agent_babyai_{lv}_gigpo_gpu.yaml").task.params["env_params"]["level"] for lv in ("oneroom", "synthloc", "miniboss")}
     assert levels == {"OneRoomS8", "SynthLoc", "MiniBoss"}
 
+
+
+@pytest.mark.parametrize("name", ["real_smollm2_vsr_grpo.yaml", "real_smollm2_vsr_grpo_lenient.yaml", "real_prefix_grpo.yaml"])
+def test_real_model_configs_name_their_verifier(name):
+    """The real-model configs say which reader grades them; the strict ones ask for the answer with the same
+    instruction the chat defaults and the model card use (arith_ladder.STRICT_READER), so they cannot drift apart."""
+    from llm_harness.tasks import get_task
+    from llm_harness.tasks.arith_ladder import STRICT_READER
+    from llm_harness.tasks.base import parse_task_params
+
+    cfg = load_config(TrainConfig, _CONFIG_DIR / name)
+    task = get_task(cfg.task.name, **cfg.task.params)
+    if name.endswith("_lenient.yaml"):
+        assert task.config.answer_mode == "lenient" and task.config.instruction == ""
+    else:
+        assert {k: cfg.task.params[k] for k in ("answer_mode", "instruction")} == parse_task_params(STRICT_READER)
