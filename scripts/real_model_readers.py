@@ -34,8 +34,10 @@ def hint_ratio(s: dict) -> dict[str, str]:
 
 def failed_prefix(s: dict) -> dict[str, str]:
     failed = sorted((c for c in s["cells"] if c["source"] == "failed"), key=lambda c: c["position"])
+    won = sorted((c for c in s["cells"] if c["source"] == "successful"), key=lambda c: c["position"])
     return {"problems used": str(s["counts"]["eligible"]),
             "failed prefixes: success at 25 / 50 / 75 %": " / ".join(f"{c['mean_success']:.3f}" for c in failed),
+            "successful prefixes: success at 25 / 50 / 75 %": " / ".join(f"{c['mean_success']:.3f}" for c in won),
             "all-fail groups at 25 / 50 / 75 %": " / ".join(f"{c['all_fail']['rate']:.2f}" for c in failed),
             "last − first (paired by problem)": _ci(s["trend"]["failed_last_minus_first"])}
 
