@@ -4,8 +4,9 @@ torch's CPU allocator gives a tensor of 2 MiB or more 2 MiB alignment and ``madv
 environment variable ``THP_MEM_ALLOC_ENABLE=1`` is set before its first allocation (``c10/core/alloc_cpu.cpp``); the
 kernel then backs it with 2 MiB pages where ``/sys/kernel/mm/transparent_hugepage/enabled`` allows ``madvise``. A
 GRPO step allocates and frees ~1 GB of large temporaries (logits over the vocabulary, their gradients, weight casts
-under bf16 autocast), and every fresh 4 KiB page costs a page fault; with 2 MiB pages there are ~500x fewer.
-``vsr`` sets the variable by default (``vsr/cli.py``; ``THP_MEM_ALLOC_ENABLE=0`` turns it off).
+under bf16 autocast), and every fresh 4 KiB page costs a page fault; with 2 MiB pages there are far fewer. Whether
+that pays is what this measures (``results/huge_pages/README.md``: on this machine it did not, so ``vsr`` leaves
+the variable unset).
 
 Each contender runs in its own process with the variable set to 0 or 1 (the only difference), repeats interleaved
 (off on off on ...): the lean step of ``configs/real_smollm2_vsr_grpo.yaml`` at the sizes of
