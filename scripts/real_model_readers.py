@@ -16,6 +16,8 @@ from typing import Any, Callable
 from vsr_util.atomic import write_json, write_text
 
 STUDIES = ("hint-ratio", "failed-prefix", "sigma-validation", "mte-correlation", "prefix-selection")
+#: the lenient folders compared with their ``-strict`` reruns: the five studies at the script's sizes, then full sizes
+FOLDERS = (*STUDIES, "failed-prefix-full", "sigma-validation-full", "mte-correlation-full")
 
 
 def _ci(d: dict | None, est: str = "estimate", lo: str = "lo", hi: str = "hi", fmt: str = "+.3f") -> str:
@@ -81,12 +83,14 @@ def _read(folder: Path) -> dict | None:
 
 
 def compare(root: Path) -> dict[str, Any]:
-    """``{study: {"lenient": {row: text}, "strict": {row: text}}}`` for every study with both folders."""
+    """``{folder: {"lenient": {row: text}, "strict": {row: text}}}`` for every folder of :data:`FOLDERS` that has a
+    ``-strict`` rerun beside it."""
     out: dict[str, Any] = {}
-    for study in STUDIES:
-        pair = {kind: _read(root / name) for kind, name in (("lenient", study), ("strict", f"{study}-strict"))}
+    for folder in FOLDERS:
+        pair = {kind: _read(root / name) for kind, name in (("lenient", folder), ("strict", f"{folder}-strict"))}
         if all(pair.values()):
-            out[study] = {kind: HEADLINES[study](s) for kind, s in pair.items()}
+            study = next(s for s in STUDIES if folder.startswith(s))
+            out[folder] = {kind: HEADLINES[study](s) for kind, s in pair.items()}
     return out
 
 
@@ -94,7 +98,7 @@ def render(table: dict[str, Any]) -> str:
     lines = ["# The five studies under the lenient and the strict verifier", "",
              "Each study's headline numbers from its lenient run (`<study>/`: a declared answer, else the last number of "
              "the response: the verifier of the runs committed first) and its strict rerun (`<study>-strict/`: a declared "
-             "final answer only, the prompt asking for one), the same sizes, seed and problems "
+             "final answer only, the prompt asking for one), the same sizes, seed and problems; `-full` rows are the full-size runs "
              "(`scripts/real_model_studies.sh`; this page: `scripts/real_model_readers.py`). Intervals 95 %.", "",
              "| study | measure | lenient | strict |", "| --- | --- | --- | --- |"]
     for study, pair in table.items():
