@@ -20,9 +20,11 @@ export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 MODEL="$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)"
 mkdir -p "$OUT"
 # the config's task parameters (the verifier and its instruction), so evaluation reads answers as training does
-mapfile -t TASK_PARAMS < <("$PY" -c 'import json, sys, yaml
-for k, v in (((yaml.safe_load(open(sys.argv[1])) or {}).get("task") or {}).get("params") or {}).items():
-    print(f"{k}={v if isinstance(v, str) else json.dumps(v)}")' "$CONFIG")
+# (read_mapping resolves the config's `extends:` chain, as `vsr train` does)
+mapfile -t TASK_PARAMS < <("$PY" -c 'import json, sys
+from vsr_util.config_io import read_mapping
+for k, v in ((read_mapping(sys.argv[1]).get("task") or {}).get("params") or {}).items():
+    print(f"{k}={json.dumps(v)}")' "$CONFIG")
 EVAL=(--model.backend "$BACKEND" --task arith_ladder --task-params "${TASK_PARAMS[@]}" --split test --n-problems 260
       --k 4 --temperature 1.0 --top-p 1.0 --max-new-tokens 48 --seed 1)
 [ -f "$OUT/eval_before/eval.json" ] || "$PY" -m vsr eval --model "$MODEL" "${EVAL[@]}" --out "$OUT/eval_before"
