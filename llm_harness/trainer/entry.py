@@ -245,6 +245,31 @@ def evaluate_env(cfg: EvalConfig) -> int:
     return 0
 
 
+def _note_task_differs(cfg: EvalConfig, task: Any) -> bool:
+    """Say on stderr when ``vsr eval --run-dir`` evaluates a task (name or parameters) other than the one the run
+    trained on — legitimate (a held-out task, another reader) but never silent. True when they differ."""
+    from llm_harness.tasks import get_task
+    from vsr_util.config_io import load_config
+
+    path = Path(cfg.run_dir) / "config.yaml"
+    if not path.is_file():
+        return False  # _load_eval_model names the missing file
+    run_task = load_config(TrainConfig, path).task
+    if run_task.name == cfg.task.name:
+        try:
+            a, b = getattr(get_task(run_task.name, **run_task.params), "config", None), getattr(task, "config", None)
+        except (TypeError, ValueError, KeyError):
+            a = b = None
+        same = a == b if a is not None and b is not None else dict(run_task.params) == dict(cfg.task.params)
+        if same:
+            return False
+    def shown(t: Any) -> str:
+        return t.name + (" " + " ".join(f"{k}={v}" for k, v in sorted(t.params.items())) if t.params else "")
+    print(f"vsr eval: the run in {cfg.run_dir} trained on {shown(run_task)}; evaluating {shown(cfg.task)} as the "
+          "command sets it (give --task / --task-params to evaluate the run's own task)", file=sys.stderr)
+    return True
+
+
 def evaluate(cfg: EvalConfig) -> int:
     """Evaluate a checkpoint folder, or a run directory's latest checkpoint; writes eval.json/eval.md
     (with ``env`` set: an agent's success over the fixed evaluation seeds, :func:`evaluate_env`)."""
@@ -257,6 +282,8 @@ def evaluate(cfg: EvalConfig) -> int:
     from llm_harness.trainer.rollout import SafeVerifier
 
     task = get_task(cfg.task.name, **cfg.task.params)
+    if cfg.run_dir:
+        _note_task_differs(cfg, task)
     model, tokenizer = _load_eval_model(cfg)
     problems = list(task.problems(task.check_split(cfg.split)))[: cfg.n_problems]
     check_task_encodable(Codec(tokenizer), task, problems, tokenizer)

@@ -125,6 +125,18 @@ def test_eval_of_a_run_names_the_step_and_the_damaged_checkpoint_it_skipped(tmp_
     assert "step_000003" in err
 
 
+def test_eval_of_a_run_says_when_the_task_differs_from_the_one_it_trained_on(tmp_path, capsys):
+    cfg, run = _trained(tmp_path)
+    base = ["eval", "--run-dir", str(run), "--n-problems", "2", "--k", "1", "--max-new-tokens", "4"]
+    capsys.readouterr()
+    assert main(base + ["--task.name", "step_arith", "--out-dir", str(tmp_path / "e1")]) == 0
+    err = capsys.readouterr().err
+    assert "trained on step_arith n_test=8 n_train=50 n_validation=8; evaluating step_arith as the command sets" in err
+    same = ["--task-params", "n_train=50", "n_validation=8", "n_test=8"]
+    assert main(base + ["--task.name", "step_arith", *same, "--out-dir", str(tmp_path / "e2")]) == 0
+    assert "trained on" not in capsys.readouterr().err  # the run's own task: nothing to say
+
+
 def test_a_damaged_metrics_row_is_recovered_from_the_csv_on_resume(tmp_path, capsys):
     cfg, run = _trained(tmp_path)
     lines = (run / "metrics.jsonl").read_text().splitlines()
