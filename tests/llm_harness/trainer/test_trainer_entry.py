@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,15 @@ def test_real_model_configs_name_their_verifier(name):
         assert task.config.answer_mode == "lenient" and task.config.instruction == ""
     else:
         assert {k: cfg.task.params[k] for k in ("answer_mode", "instruction")} == parse_task_params(STRICT_READER)
+
+
+def test_the_real_model_lab_config_is_the_grpo_recipe_with_the_lenient_reader():
+    """configs/real_smollm2_lab.yaml spells out the recipe the committed lab's arms were drawn with (no task
+    parameters: a lab's identity holds them as written); everything its gradients depend on stays the GRPO config's."""
+    lab = load_config(TrainConfig, _CONFIG_DIR / "real_smollm2_lab.yaml")
+    grpo = load_config(TrainConfig, _CONFIG_DIR / "real_smollm2_vsr_grpo.yaml")
+    assert dict(lab.task.params) == {} and lab.task.name == grpo.task.name
+    for part in ("model", "rollout", "algo", "optim"):
+        assert getattr(lab, part) == getattr(grpo, part), part
+    assert lab.run.micro_batch_rows == 8 and replace(lab.run, micro_batch_rows=0, run_dir="x", checkpoint_every=1) == \
+        replace(grpo.run, micro_batch_rows=0, run_dir="x", checkpoint_every=1)
