@@ -3,8 +3,11 @@
 :class:`~llm_harness.methods.prefix_sampling.PrefixSamplingPlugin` — behind a step clock, shared by
 every agent-loop worker as one named Ray actor (VSR §3.2; PS, arXiv 2605.05112).
 
-verl 0.9.1 runs one agent loop per sample, in many workers, with no sampler hook; the buffer must
-therefore be a process of its own that every sample talks to. :class:`PrefixBuffer` holds the
+verl 0.9.1 runs one agent loop per sample, in many workers, with no hook over what is generated (its
+``trainer.v1.sampler.custom_sampler`` replay buffer only picks which finished groups a batch consumes); the
+buffer must therefore be a process of its own that every sample talks to. PROS is not offered here: its cut needs
+full-vocabulary token entropies that neither the agent loop's report nor this model-less actor has
+(docs/scaling-out.md). :class:`PrefixBuffer` holds the
 toolkit's plug-in unchanged and drives it through the plug-in API the toolkit's trainer uses
 (``claim(Step, open_slots, ctx)`` then ``after_step(Step(groups), ctx)``) with the two calls an agent
 loop makes:
@@ -84,7 +87,7 @@ from llm_harness.trainer.data import RolloutGroup, StartState
 from llm_harness.trainer.step import Step
 from vsr_util.registry import Registry
 
-__all__ = ["ACTOR_NAME", "KEY", "PREFIX_METHODS", "PrefixBuffer", "PrefixMethod", "buffer_actor", "needs_tokenizer",
+__all__ = ["ACTOR_NAME", "KEY", "PREFIX_METHODS", "PrefixBuffer", "PrefixMethod", "UNAVAILABLE", "buffer_actor", "needs_tokenizer",
            "parse_prefix", "state_to_plain"]
 
 #: name of the Ray actor every agent-loop worker shares
@@ -128,10 +131,22 @@ PREFIX_METHODS: Registry[PrefixMethod] = Registry("verl prefix method", {
 })
 
 
+#: the toolkit's prefix plug-ins verl cannot serve, and why (named when a config asks for one)
+UNAVAILABLE: dict[str, str] = {
+    "pros": "its cut needs each correct row's full-vocabulary token entropies, which verl's agent loop does not report "
+            "and this model-less actor cannot compute, and its selection decides what is generated, which verl's "
+            "only sampler hook (trainer.v1.sampler.custom_sampler, over finished groups) cannot (docs/scaling-out.md); "
+            "train it with the toolkit's trainer (plugins.pros)",
+}
+
+
 def parse_prefix(params: Mapping[str, Any] | None) -> tuple[str, PrefixMethod, Any]:
     """``(method name, its entry, its config)`` of an ``algorithm.vsr.prefix`` block; every error names the verl key."""
     raw = dict(params or {})
     name = raw.pop(METHOD_KEY, DEFAULT_METHOD)
+    if name in UNAVAILABLE:
+        raise ValueError(f"{KEY}.{METHOD_KEY}: {name!r} is not available on verl: {UNAVAILABLE[name]}; "
+                         f"choose one of {sorted(PREFIX_METHODS)}")
     entry = PREFIX_METHODS.lookup(name, where=f"{KEY}.{METHOD_KEY}")
     try:
         cfg = plugin_config(entry.config, raw, name)

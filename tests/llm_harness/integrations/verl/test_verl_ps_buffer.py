@@ -239,9 +239,17 @@ def test_bad_keys_are_named_with_the_verl_key(params, match):
 
 
 def test_an_unknown_method_lists_the_registered_ones():
-    with pytest.raises(ValueError, match=r"algorithm\.vsr\.prefix\.method: .*'pros'.*prefix_sampling.*vsr"):
-        PrefixBuffer({"method": "pros"}, n=N, prompts_per_step=B, max_response_tokens=RESP)
+    with pytest.raises(ValueError, match=r"algorithm\.vsr\.prefix\.method: .*'nope'.*prefix_sampling.*vsr"):
+        PrefixBuffer({"method": "nope"}, n=N, prompts_per_step=B, max_response_tokens=RESP)
     assert set(PREFIX_METHODS) == {"vsr", "prefix_sampling"}
+
+
+def test_pros_is_refused_with_the_reason():
+    """PROS is a toolkit plug-in verl cannot serve (no token entropies in the agent loop's report, no hook over what is
+    generated): asking for it says so and names the methods that work, rather than 'unknown method'."""
+    with pytest.raises(ValueError, match=r"algorithm\.vsr\.prefix\.method: 'pros' is not available on verl: .*entropies"
+                                         r".*custom_sampler.*plugins\.pros.*\['prefix_sampling', 'vsr'\]"):
+        PrefixBuffer({"method": "pros"}, n=N, prompts_per_step=B, max_response_tokens=RESP)
 
 
 def test_line_snapping_without_a_tokenizer_is_named():
