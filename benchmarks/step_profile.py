@@ -49,6 +49,7 @@ import torch
 
 from vsr_util.atomic import write_text
 from vsr_util.config_io import save_config
+from vsr_util.machine import STARVED_GBPS, machine_check
 
 #: operator class -> pattern on the aten / library operator name (first match wins; order matters)
 CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -241,7 +242,7 @@ def format_report(res: dict[str, Any]) -> str:
     iso = res["isolated_gemm_gflops"]
     lines.append("Isolated float32 `torch.mm` rates at the step's shapes (GFLOP/s): "
                  + ", ".join(f"{k} {v:.0f}" for k, v in iso.items()) + "; memory copy bandwidth "
-                 + " / ".join(f"{b:.1f}" for b in res.get("copy_bandwidth_gbs", [])) + " GB/s before / after"
+                 + " / ".join(f"{b:.1f}" for b in res.get("copy_bandwidth_gbs", [])) + f" GB/s before / after ({'huge' if res.get('torch_huge_pages') else '4 KiB'} pages, as torch's allocations)"
                  + (" — **a starved machine: the memory-bound shares are not representative**" if res.get("starved") else "")
                  + ".")
     for r in res["contenders"]:
@@ -262,24 +263,6 @@ def format_report(res: dict[str, Any]) -> str:
                   "| operator | self s / step | calls / step |", "| --- | --- | --- |"]
         lines += [f"| `{o['name']}` | {o['self_s'] / s:.3f} | {o['calls'] / s:.0f} |" for o in r["top_ops"]]
     return "\n".join(lines) + "\n"
-
-
-def copy_bandwidth(n_floats: int = 50_000_000, repeats: int = 3) -> float:
-    """The machine's memory copy bandwidth in GB/s (read + write of a float32 tensor of ``n_floats``, pre-touched; the
-    best of ``repeats``). A shared host can starve it (1 GB/s measured on a day the committed runs saw 24-33): the
-    memory-bound operators' shares then mean nothing, so the profile records it beside its numbers."""
-    a = torch.ones(n_floats)
-    b = torch.empty_like(a).copy_(a)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        b.copy_(a)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * a.numel() * a.element_size() / best / 1e9
-
-
-#: below this copy bandwidth (GB/s) the profile is flagged as taken on a starved machine
-MIN_BANDWIDTH_GBS = 8.0
 
 
 def run(cfg: ProfileConfig) -> int:
@@ -304,18 +287,22 @@ def run(cfg: ProfileConfig) -> int:
     iso = {"decode": gemm_rate(shapes, rows, cfg.gemm_repeats, backward=False),
            "training": gemm_rate(shapes, rows * (cfg.max_new_tokens + 16), cfg.gemm_repeats, backward=True)}
     load0 = os.getloadavg()
-    bw0 = copy_bandwidth()
+    m0 = machine_check()  # vsr_util.machine: single-thread copy on 4 KiB and huge pages, GB/s
     out_runs = []
     for c in cfg.contenders:
         print(f"profiling {c} ...", file=sys.stderr)
         out_runs.append(_profile_one(path, task, cfg, c))
-    bw = [bw0, copy_bandwidth()]
-    if min(bw) < MIN_BANDWIDTH_GBS:
-        print(f"warning: memory copy bandwidth {min(bw):.1f} GB/s (< {MIN_BANDWIDTH_GBS}): a starved machine; the "
+    m1 = machine_check()
+    torch_huge = os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"  # torch's allocations on huge pages
+    key = "copy_gbps_huge" if torch_huge else "copy_gbps"
+    bw = [m0[key], m1[key]]
+    if min(bw) < STARVED_GBPS:
+        print(f"warning: memory copy bandwidth {min(bw):.1f} GB/s (< {STARVED_GBPS}): a starved machine; the "
               "memory-bound operators' shares are not representative", file=sys.stderr)
     res = {"model": cfg.model, "task": cfg.task, "threads": cfg.threads, "torch": torch.__version__,
            "load_before": list(load0), "load_after": list(os.getloadavg()), "copy_bandwidth_gbs": bw,
-           "starved": min(bw) < MIN_BANDWIDTH_GBS,
+           "torch_huge_pages": torch_huge, "machine": [m0, m1],
+           "starved": min(bw) < STARVED_GBPS,
            "isolated_gemm_gflops": {k: v / 1e9 for k, v in iso.items()}, "contenders": out_runs}
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-figures/lab}"
 export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# the machine first (vsr_util/machine.py): memory copy bandwidth on 4 KiB and huge pages; where huge pages stream
+# much faster (a starved shared host), torch's allocations go on them for this run (THP_MEM_ALLOC_ENABLE=1: the same
+# results, the bytes elsewhere); MACHINE_CHECK=strict refuses to start on a starved machine huge pages do not rescue,
+# 0 skips the check
+case "${MACHINE_CHECK:-1}" in
+  0) ;;
+  strict) MACHINE_ENV="$(.venv/bin/python -m vsr_util.machine --export --strict --what "the lab")"; eval "$MACHINE_ENV" ;;  # exit 3 stops the script (set -e)
+  *) MACHINE_ENV="$(.venv/bin/python -m vsr_util.machine --export --what "the lab")"; eval "$MACHINE_ENV" ;;
+esac
 run() {  # run NAME PYTHON ARGS...
   local name="$1" py="$2"; shift 2
   local dir="$OUT/$name"

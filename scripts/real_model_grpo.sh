@@ -16,6 +16,15 @@ CONFIG="${CONFIG:-configs/real_smollm2_vsr_grpo.yaml}"
 OUT="${OUT:-figures/real_model/grpo/strict}"
 RUN="${RUN:-runs/$(basename "$CONFIG" .yaml)_$BACKEND}"
 export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# the machine first (vsr_util/machine.py): memory copy bandwidth on 4 KiB and huge pages; where huge pages stream
+# much faster (a starved shared host), torch's allocations go on them for this run (THP_MEM_ALLOC_ENABLE=1: the same
+# results, the bytes elsewhere); MACHINE_CHECK=strict refuses to start on a starved machine huge pages do not rescue,
+# 0 skips the check
+case "${MACHINE_CHECK:-1}" in
+  0) ;;
+  strict) MACHINE_ENV="$("$PY" -m vsr_util.machine --export --strict --what "the real-model GRPO run")"; eval "$MACHINE_ENV" ;;  # exit 3 stops the script (set -e)
+  *) MACHINE_ENV="$("$PY" -m vsr_util.machine --export --what "the real-model GRPO run")"; eval "$MACHINE_ENV" ;;
+esac
 # the imported folder (the import is verified and idempotent; it needs the model's wheel, installed in .venv)
 MODEL="$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)"
 mkdir -p "$OUT"

@@ -26,6 +26,15 @@ OUT="${OUT:-figures/real_model}"
 DEVICE="${DEVICE:-cpu}"
 if [ "$DEVICE" = cpu ]; then BACKEND="${BACKEND:-vllm}"; BATCH=(); else BACKEND="${BACKEND:-hf}"; BATCH=(--max-batch-sequences 2048); fi
 export VLLM_LOGGING_LEVEL=ERROR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# the machine first (vsr_util/machine.py): memory copy bandwidth on 4 KiB and huge pages; where huge pages stream
+# much faster (a starved shared host), torch's allocations go on them for this run (THP_MEM_ALLOC_ENABLE=1: the same
+# results, the bytes elsewhere); MACHINE_CHECK=strict refuses to start on a starved machine huge pages do not rescue,
+# 0 skips the check
+case "${MACHINE_CHECK:-1}" in
+  0) ;;
+  strict) MACHINE_ENV="$("$PY" -m vsr_util.machine --export --strict --what "the real-model studies")"; eval "$MACHINE_ENV" ;;  # exit 3 stops the script (set -e)
+  *) MACHINE_ENV="$("$PY" -m vsr_util.machine --export --what "the real-model studies")"; eval "$MACHINE_ENV" ;;
+esac
 MODEL="${MODEL:-$(.venv/bin/vsr model import --source smollm2-135m-instruct | tail -1)}"
 COMMON=(--backend "$BACKEND" --device "$DEVICE" "${BATCH[@]}" --model "$MODEL" --task arith_ladder --split test
         --min-difficulty 0 --response-budget 64 --seed 0 --no-progress)

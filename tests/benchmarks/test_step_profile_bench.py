@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks.step_profile import ProfileConfig, attribute, copy_bandwidth, op_class, run
+from benchmarks.step_profile import ProfileConfig, attribute, op_class, run
 
 
 @pytest.mark.parametrize("name, cls", [
@@ -43,10 +43,6 @@ def test_attribution_by_phase_and_the_in_step_matmul_rate():
     assert r["matmul_gflops_in_step"]["train"] == pytest.approx(50.0) and r["matmul_gflops_in_step"]["optimizer"] is None
     assert r["matmul_gflops_in_step"]["generate"] == pytest.approx(2.0) and r["packed_matmul_s"] == pytest.approx(10e-6)
     assert list(r["by_class"])[0] == "optimizer" and r["top_ops"][0]["name"] == "aten::_fused_adamw_"
-
-
-def test_copy_bandwidth_is_a_positive_rate():
-    assert copy_bandwidth(n_floats=1_000_000, repeats=2) > 0
 
 
 def test_config_refuses_unknown_contenders():
