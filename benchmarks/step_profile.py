@@ -198,21 +198,13 @@ def attribute(events: list[Any], wall_s: float) -> dict[str, Any]:
 def _profile_one(path: Path, task: Any, cfg: ProfileConfig, name: str) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.trainer_vs_trl import OURS_OPTIONS, _load
-    from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
+    from benchmarks.trainer_vs_trl import OURS_OPTIONS, _load, ours_train_config
     from llm_harness.trainer.entry import build_backend
     from llm_harness.trainer.loop import Trainer
 
     filter_zero, run_over = OURS_OPTIONS[name]
     model, tok = _load(path)
-    tcfg = TrainConfig(
-        seed=cfg.seed, steps=cfg.warmup_steps + cfg.steps, model=ModelConfig(path=str(path)),
-        rollout=RolloutConfig(prompts_per_step=cfg.prompts, group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-                              verify_timeout_s=0),
-        algo=AlgoConfig(filter_zero_variance=filter_zero), optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
-        run=RunConfig(run_dir=str(Path(cfg.out).parent / f"run_{name}"), checkpoint_every=0, progress=False,
-                      **{k: v for k, v in run_over.items() if k != "micro"}),
-    )
+    tcfg = ours_train_config(path, cfg, cfg.seed, filter_zero=filter_zero, run_over=run_over, name=name)
     tr = Trainer(tcfg, model=model, tokenizer=tok, backend=build_backend(model, tok, tcfg), task=task)
     if tcfg.run.precision == "bf16" and not tr.bf16:
         raise RuntimeError(f"{name}: bf16 is not native on this machine ({tr.device}); drop the bf16 contenders")

@@ -361,27 +361,37 @@ def _load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, run_over: dict[str, Any],
-          evaluate: bool, name: str = "ours") -> dict:
+def ours_train_config(path: Path, cfg: Any, seed: int, *, filter_zero: bool, run_over: dict[str, Any], name: str,
+                      micro_rows: int = 0) -> Any:
+    """The ``TrainConfig`` of one of our contenders (``OURS_OPTIONS``) at ``cfg``'s batch, budget and learning rate:
+    ``warmup_steps + steps`` steps, no checkpoints, a run folder beside ``cfg.out``; ``run_over["micro"]`` sets
+    ``run.micro_batch_rows`` to ``micro_rows``."""
     from llm_harness.trainer.config import AlgoConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainConfig
-    from llm_harness.trainer.entry import build_backend
-    from llm_harness.trainer.loop import Trainer
-    from llm_harness.trainer.plugins import StepRecorder
 
-    model, tok = _load(path)
-    n_steps = cfg.warmup_steps + cfg.steps
-    tcfg = TrainConfig(
+    return TrainConfig(
         seed=seed,
-        steps=n_steps,
+        steps=cfg.warmup_steps + cfg.steps,
         model=ModelConfig(path=str(path)),
         rollout=RolloutConfig(prompts_per_step=cfg.prompts, group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
                               verify_timeout_s=0),
         algo=AlgoConfig(filter_zero_variance=filter_zero),
         optim=OptimConfig(lr=cfg.lr, grad_clip=1.0),
         run=RunConfig(run_dir=str(Path(cfg.out).parent / f"run_{name}"), checkpoint_every=0, progress=False,
-                      micro_batch_rows=cfg.fast_micro_batch_rows if run_over.get("micro") else 0,
+                      micro_batch_rows=micro_rows if run_over.get("micro") else 0,
                       **{k: v for k, v in run_over.items() if k != "micro"}),
     )
+
+
+def _ours(path: Path, task, cfg: TrlBenchConfig, seed: int, *, filter_zero: bool, run_over: dict[str, Any],
+          evaluate: bool, name: str = "ours") -> dict:
+    from llm_harness.trainer.entry import build_backend
+    from llm_harness.trainer.loop import Trainer
+    from llm_harness.trainer.plugins import StepRecorder
+
+    model, tok = _load(path)
+    n_steps = cfg.warmup_steps + cfg.steps
+    tcfg = ours_train_config(path, cfg, seed, filter_zero=filter_zero, run_over=run_over, name=name,
+                             micro_rows=cfg.fast_micro_batch_rows)
     rec = StepRecorder()
     backend = build_backend(model, tok, tcfg)
     decode = [0.0]
