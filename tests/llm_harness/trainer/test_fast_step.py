@@ -3,6 +3,7 @@ the same training up to float rounding, resumable across the option, and refused
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import replace
 
 import pytest
@@ -107,11 +108,15 @@ def test_memory_by_phase_is_recorded(tmp_path, capsys) -> None:
     assert rep["fixed_gb"]["optimizer"] * 2**30 >= 2 * 4 * n_params  # two float32 moments per parameter
     assert "mem_peak_generate_gb" in rows[0] and "mem_weights_gb" in rows[0]
     assert "memory (GiB): weights" in capsys.readouterr().err
-    # a phase's peak sees a large allocation inside it
+    # a phase's peak sees a large allocation inside it: fresh anonymous pages from the kernel, touched (a torch tensor
+    # could be served from memory the allocator kept resident after earlier tests in this process, and not move RSS)
     pm = PhaseMemory("cpu")
     with pm.phase("big"):
-        x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
-        del x
+        n = 64 * 2**20
+        m = mmap.mmap(-1, n)
+        for i in range(0, n, mmap.PAGESIZE):
+            m[i] = 1
+        m.close()
     with pm.phase("small"):
         pass
     if pm.exact:
