@@ -87,6 +87,8 @@ CONTENDERS = {
     "ours_packed": "this trainer with run.static_decode and run.packed_forward (llm_harness/trainer/packed_forward.py)",
     "ours_lean": "the lean step at equal work (groups kept): static decode, inverse-CDF sampler, each group's prompt "
                  "once in the loss pass, fused AdamW; float32",
+    "ours_lean_packed": "ours_lean with run.packed_forward: each group's prompt once and every projection on real "
+                        "tokens only (llm_harness/trainer/packed_group.py)",
     "ours_lean_bf16": "ours_lean with run.precision bf16 (bf16 autocast, float32 master weights, rollout correction)",
     "ours_lean_unpacked": "ours_lean with run.packed_weights false (the static decoder's plain matmuls)",
     "ours_lean_bf16_unpacked": "ours_lean_bf16 with run.packed_weights false",
@@ -103,6 +105,7 @@ OURS_OPTIONS: dict[str, tuple[bool, dict[str, Any]]] = {
     "ours_fast": (True, {"static_decode": True, "micro": True}),
     "ours_packed": (True, {"static_decode": True, "packed_forward": True}),
     "ours_lean": (False, dict(_LEAN)),
+    "ours_lean_packed": (False, {**_LEAN, "packed_forward": True}),
     "ours_lean_bf16": (False, {**_LEAN, "precision": "bf16"}),
     "ours_lean_unpacked": (False, {**_LEAN, "packed_weights": False}),
     "ours_lean_bf16_unpacked": (False, {**_LEAN, "precision": "bf16", "packed_weights": False}),
@@ -118,7 +121,8 @@ RATIOS = (("trl", "ours"), ("trl", "ours_no_filter"), ("trl", "ours_static"), ("
           ("trl_bf16", "ours_lean_bf16"), ("ours_no_filter", "ours_lean"), ("ours_lean", "ours_lean_bf16"),
           ("trl", "trl_bf16"), ("ours_lean_unpacked", "ours_lean"), ("ours_lean_bf16_unpacked", "ours_lean_bf16"),
           ("trl", "ours_lean_bf16"), ("trl_bf16", "ours_lean"), ("trl_bf16", "ours_lean_bf16_inpass"),
-          ("ours_lean_bf16", "ours_lean_bf16_inpass"), ("trl", "ours_lean_bf16_inpass"))
+          ("ours_lean_bf16", "ours_lean_bf16_inpass"), ("trl", "ours_lean_bf16_inpass"), ("trl", "ours_lean_packed"),
+          ("ours_lean", "ours_lean_packed"))
 
 
 @dataclass(frozen=True)

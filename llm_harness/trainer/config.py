@@ -389,8 +389,9 @@ class RunConfig:
     """The trainer's log-prob passes run each distinct context (a group's prompt, or prompt and prefix) through
     the decoder once for all the rows that share it (``trainer.group_prompt``; any decoder that takes a cache).
     The same log-probs and gradients up to float rounding, with the prompt's share of the pass's compute and
-    activations divided by the group size; a speed option, so a resume may change it. Not with
-    ``packed_forward`` (which it replaces) or ``rollout.share_prefix``'s batch-wide prefix in the loss pass."""
+    activations divided by the group size; a speed option, so a resume may change it. With ``packed_forward``
+    (Qwen2-family models) both at once (``trainer.packed_group``: contexts once, projections on real tokens only);
+    it replaces ``rollout.share_prefix``'s batch-wide prefix in the loss pass."""
     fused_optimizer: bool = False
     """AdamW's fused kernel (``torch.optim.AdamW(fused=True)``, CPU and GPU) instead of its per-parameter loop:
     the same update up to float rounding; checkpoints keep their format (an older checkpoint resumes fused).
@@ -426,9 +427,6 @@ class RunConfig:
         for name in ("group_prompt_once", "fused_optimizer", "dry_run", "packed_weights", "anchor_in_pass"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
-        if self.group_prompt_once and self.packed_forward:
-            raise ValueError("group_prompt_once: an alternative to packed_forward (each runs the loss pass its own "
-                             "way); set one of them to false")
         from llm_harness.backends.sampling import SAMPLERS
 
         SAMPLERS.check(self.sampler, "sampler")

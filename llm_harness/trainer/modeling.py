@@ -204,13 +204,18 @@ def sequence_logprobs(
     ``group_prompt``: each distinct context (the tokens before a row's first target: a group's prompt, or prompt
     and prefix) runs through the decoder once for all rows that share it
     (:func:`~llm_harness.trainer.group_prompt.group_shared_hidden`), when the rows are right-padded; an alternative
-    to ``packed`` and ``share_prefix``."""
-    if sum((packed, share_prefix, group_prompt)) > 1:
-        raise ValueError("sequence_logprobs: packed, share_prefix and group_prompt are alternatives; pass one")
+    to ``share_prefix``. With ``packed`` as well (Qwen2-family models): both at once
+    (:func:`~llm_harness.trainer.packed_group.packed_group_hidden`)."""
+    if share_prefix and (packed or group_prompt):
+        raise ValueError("sequence_logprobs: share_prefix is an alternative to packed and group_prompt; pass one")
     decoder = model.get_decoder()
     head = model.get_output_embeddings()
     n = _shared_length(input_ids, loss_mask) if share_prefix else 0
-    if group_prompt and right_padded(attention_mask):
+    if group_prompt and packed and right_padded(attention_mask):
+        from llm_harness.trainer.packed_group import packed_group_hidden
+
+        hidden = packed_group_hidden(model, input_ids, attention_mask, loss_mask)
+    elif group_prompt and right_padded(attention_mask):
         from llm_harness.trainer.group_prompt import group_shared_hidden
 
         hidden = group_shared_hidden(model, input_ids, attention_mask, loss_mask)

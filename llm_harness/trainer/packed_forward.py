@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from llm_harness.backends.static_decode import fused_projections, qwen2_rms_norm, rotate_half
 from llm_harness.backends.static_decode import supports as decode_supports
 
-__all__ = ["MATMUL_ATTENTION_BYTES", "packed_hidden", "right_padded", "supports"]
+__all__ = ["MATMUL_ATTENTION_BYTES", "layer_qkv", "layer_rest", "packed_hidden", "right_padded", "rope_tables",
+           "supports"]
 
 #: most bytes the matmul attention's float32 scores may take over all layers under ``attention="auto"``
 MATMUL_ATTENTION_BYTES = 256 * 2**20
@@ -56,6 +57,38 @@ def right_padded(attention_mask: torch.Tensor) -> bool:
     lengths = attention_mask.sum(dim=1, keepdim=True)
     cols = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None]
     return bool(torch.equal(attention_mask != 0, cols < lengths))
+
+
+def rope_tables(rot: Any, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, sin)`` of shape ``[N, 1, head_dim]`` (every head) for tokens at positions ``pos [N]``, from the
+    model's rotary embedding ``rot`` (its ``inv_freq`` and ``attention_scaling``), as transformers computes them."""
+    freqs = pos[:, None].float() * rot.inv_freq.float().to(pos.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    scale = float(getattr(rot, "attention_scaling", 1.0))
+    return (emb.cos() * scale).to(dtype)[:, None], (emb.sin() * scale).to(dtype)[:, None]
+
+
+def layer_qkv(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, hq: int, hkv: int,
+              d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(qkv [N, (hq + 2 hkv) * d], W_gate_up)``: a layer's input norm and fused q/k/v projection of the packed
+    hidden states ``x [N, hidden]``, RoPE applied to q and k; the layer's fused gate/up matrix for
+    :func:`layer_rest`."""
+    w_qkv, b_qkv, w_gu = fused_projections(layer)
+    nq, nk = hq * d, hkv * d
+    qkv = F.linear(qwen2_rms_norm(layer.input_layernorm, x), w_qkv, b_qkv)
+    qk = qkv[:, : nq + nk].reshape(-1, hq + hkv, d)
+    qk = qk * cos + rotate_half(qk) * sin
+    return torch.cat((qk.reshape(-1, nq + nk), qkv[:, nq + nk:]), dim=1), w_gu
+
+
+def layer_rest(layer: Any, x: torch.Tensor, a: torch.Tensor, w_gu: torch.Tensor) -> torch.Tensor:
+    """The layer after attention: ``x + o_proj(a)``, then the post-attention norm and the SwiGLU MLP on the fused
+    gate/up matrix ``w_gu``, with its residual; ``[N, hidden]``."""
+    att = layer.self_attn
+    x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
+    gu = F.linear(qwen2_rms_norm(layer.post_attention_layernorm, x), w_gu)
+    inter = gu.shape[-1] // 2
+    return x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.mlp.down_proj.weight)
 
 
 def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
@@ -80,16 +113,11 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     B, L = input_ids.shape
     hq, hkv = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
     d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // hq)
-    rep, nq, nk = hq // hkv, hq * d, hkv * d
+    rep, nq = hq // hkv, hq * d
     idx = (attention_mask.reshape(-1) != 0).nonzero().squeeze(1)  # flat positions of the real tokens
     pos = idx % L  # right padding: a token's position is its column (as the HF forward without position ids)
     x = dec.embed_tokens(input_ids.reshape(-1).index_select(0, idx))  # [N, hidden] (its padding_idx: no gradient)
-    rot = dec.rotary_emb
-    freqs = pos[:, None].float() * rot.inv_freq.float().to(x.device)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    scale = float(getattr(rot, "attention_scaling", 1.0))
-    cos = (emb.cos() * scale).to(x.dtype)[:, None]  # [N, 1, d]: every head
-    sin = (emb.sin() * scale).to(x.dtype)[:, None]
+    cos, sin = rope_tables(dec.rotary_emb, pos, x.dtype)
     width = (hq + 2 * hkv) * d
     if attention not in ("auto", "matmul", "sdpa"):
         raise ValueError(f"attention: expected 'auto', 'matmul' or 'sdpa', got {attention!r}")
@@ -101,13 +129,8 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     if attention == "matmul":  # additive causal mask, the same for the rep query heads of a kv head: [rep * L, L]
         causal = torch.full((L, L), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).repeat(rep, 1)
     for layer in dec.layers:
-        att, mlp = layer.self_attn, layer.mlp
-        w_qkv, b_qkv, w_gu = fused_projections(layer)
-        h = qwen2_rms_norm(layer.input_layernorm, x)
-        qkv = F.linear(h, w_qkv, b_qkv)  # [N, (heads + 2 kv) * d]
-        qk = qkv[:, : nq + nk].reshape(-1, hq + hkv, d)
-        qk = qk * cos + rotate_half(qk) * sin
-        packed = torch.cat((qk.reshape(-1, nq + nk), qkv[:, nq + nk:]), dim=1)
+        att = layer.self_attn
+        packed, w_gu = layer_qkv(layer, x, cos, sin, hq, hkv, d)
         full = packed.new_zeros((B * L, width)).index_copy(0, idx, packed).view(B, L, hq + 2 * hkv, d).transpose(1, 2)
         k, v = full[:, hq: hq + hkv], full[:, hq + hkv:]
         if causal is not None:
@@ -119,10 +142,6 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
             a = F.scaled_dot_product_attention(full[:, :hq], k.repeat_interleave(rep, dim=1),
                                                v.repeat_interleave(rep, dim=1), is_causal=True, scale=att.scaling)
         a = a.reshape(B, hq, L, d).transpose(1, 2).reshape(B * L, nq).index_select(0, idx)
-        x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
-        h = qwen2_rms_norm(layer.post_attention_layernorm, x)
-        gu = F.linear(h, w_gu)
-        inter = gu.shape[-1] // 2
-        x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], mlp.down_proj.weight)
+        x = layer_rest(layer, x, a, w_gu)
     x = qwen2_rms_norm(dec.norm, x)
     return x.new_zeros((B * L, x.shape[-1])).index_copy(0, idx, x).view(B, L, -1)

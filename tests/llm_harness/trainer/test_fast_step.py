@@ -82,8 +82,9 @@ def test_a_plain_checkpoint_resumes_with_the_fused_optimizer(tmp_path) -> None:
 
 
 def test_bad_combinations_are_refused() -> None:
-    with pytest.raises(ValueError, match="group_prompt_once.*packed_forward"):
-        RunConfig(group_prompt_once=True, packed_forward=True)
+    assert RunConfig(group_prompt_once=True, packed_forward=True).packed_forward  # together: the packed group pass
+    with pytest.raises(ValueError, match="bf16.*packed_forward"):
+        RunConfig(group_prompt_once=True, packed_forward=True, precision="bf16")
     with pytest.raises(ValueError, match="sampler"):
         RunConfig(sampler="gumbel")
     with pytest.raises(ValueError, match="fused_optimizer"):

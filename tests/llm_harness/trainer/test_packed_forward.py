@@ -127,7 +127,7 @@ def test_sequence_logprobs_agree_and_fall_back_on_left_padding():
         packed_hidden(model, ids, left)
     with pytest.raises(ValueError, match="attention"):
         packed_hidden(model, ids, mask, attention="flash")
-    with pytest.raises(ValueError, match="alternatives"):
+    with pytest.raises(ValueError, match="share_prefix is an alternative"):
         sequence_logprobs(model, ids, mask, loss, packed=True, share_prefix=True)
 
 

@@ -1,0 +1,103 @@
+"""Each group's prompt once on packed tokens (``run.group_prompt_once`` with ``run.packed_forward``): the plain
+pass's log-probs, entropies and gradients, and the same training metrics."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_group_prompt import GROUPS, _batch  # noqa: E402
+from test_packed_forward import _model  # noqa: E402
+
+from llm_harness.trainer.group_prompt import group_shared_hidden  # noqa: E402
+from llm_harness.trainer.modeling import sequence_logprobs  # noqa: E402
+from llm_harness.trainer.packed_group import packed_group_hidden  # noqa: E402
+
+#: a one-token response (only its context's target) in a group shared with GROUPS[0]
+BATCH = GROUPS + [([3, 4, 5, 6, 7], [[9]])]
+
+
+def _pass(model, ids, att, lm, **mode):
+    model.zero_grad(set_to_none=True)
+    lp, ent = sequence_logprobs(model, ids, att, lm, temperature=0.7, top_p=1.0, with_entropy=True, **mode)
+    (lp * lm * torch.linspace(0.5, 1.5, lm.shape[1])).sum().backward()
+    return lp.detach(), ent, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("seed, attention, cfg", [
+    (0, "matmul", {}),
+    (1, "sdpa", {}),
+    (2, "matmul", {"num_key_value_heads": 1, "head_dim": 16}),  # one kv head; head_dim != hidden / heads
+    (3, "sdpa", {"num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": True}),
+    (4, "matmul", {"llama": True, "tie_word_embeddings": True, "rope_theta": 100000.0}),  # SmolLM2's family
+    (5, "sdpa", {"llama": True, "attention_bias": True}),  # q/k/v/o biases
+])
+def test_packed_group_pass_equals_plain_pass(seed: int, attention: str, cfg: dict, monkeypatch) -> None:
+    import llm_harness.trainer.packed_group as pg
+
+    model = _model(seed, **cfg)
+    ids, att, lm = _batch(BATCH)
+    lp0, e0, g0 = _pass(model, ids, att, lm)
+    monkeypatch.setattr(pg, "MATMUL_ATTENTION_BYTES", 2**40 if attention == "matmul" else 0)  # the auto rule's pick
+    lp1, e1, g1 = _pass(model, ids, att, lm, group_prompt=True, packed=True)
+    assert torch.allclose(lp1, lp0, rtol=1e-5, atol=1e-5)
+    assert torch.equal(lp1 == 0, lp0 == 0)  # the same trained positions filled
+    assert torch.allclose(e1, e0, rtol=1e-5, atol=1e-5)
+    assert set(g1) == set(g0)
+    for n in g0:
+        scale = float(g0[n].abs().max()) + 1e-12
+        assert float((g1[n] - g0[n]).abs().max()) / scale < 1e-4, n
+
+
+def test_hidden_states_equal_the_hf_group_pass_and_bad_input_is_refused() -> None:
+    model = _model(7)
+    ids, att, lm = _batch(BATCH)
+    lm[1] = 0  # a row that trains nothing
+    with torch.no_grad():
+        ref = group_shared_hidden(model, ids, att, lm)
+        for attention in ("matmul", "sdpa"):
+            got = packed_group_hidden(model, ids, att, lm, attention=attention)
+            assert got.shape == ref.shape
+            assert torch.allclose(got, ref, rtol=1e-5, atol=1e-5), attention
+            assert float(got[1].abs().sum()) == 0.0
+        assert float(packed_group_hidden(model, ids, att, torch.zeros_like(lm)).abs().sum()) == 0.0  # nothing trained
+    with pytest.raises(ValueError, match="right-padded"):
+        packed_group_hidden(model, ids, torch.flip(att, dims=[1]), lm)
+    with pytest.raises(ValueError, match="attention"):
+        packed_group_hidden(model, ids, att, lm, attention="flash")
+    with pytest.raises(ValueError, match="share_prefix"):
+        sequence_logprobs(model, ids, att, lm, share_prefix=True, packed=True, group_prompt=True)
+
+
+def test_training_with_the_packed_group_pass_logs_the_same_metrics(tmp_path) -> None:
+    """Three GRPO steps on a random tiny Qwen2, plain pass against both options: the same samples in step 1 and
+    every metric of the three steps equal up to float rounding."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from trainer_support import make_trainer, tiny_config
+
+    from llm_harness.trainer.runlog import is_timing_key
+
+    torch.set_num_threads(1)
+    rows = {}
+    for fast in (False, True):
+        run = replace(tiny_config(str(tmp_path / f"r{fast}")).run, packed_forward=fast, group_prompt_once=fast)
+        tr = make_trainer(str(tmp_path / f"r{fast}"), run=run)
+        try:
+            rows[fast] = [{k: v for k, v in tr.train_step().items() if not is_timing_key(k)} for _ in range(3)]
+        finally:
+            tr.close()
+    assert any(r["optimizer_steps"] > 0 for r in rows[True])
+    for fast, plain in zip(rows[True], rows[False]):
+        assert sorted(fast) == sorted(plain)
+        for k, v in plain.items():
+            if isinstance(v, float) and v != v:
+                assert fast[k] != fast[k], k
+            elif isinstance(v, float):
+                assert fast[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+            else:
+                assert fast[k] == v, k
