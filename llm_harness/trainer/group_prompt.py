@@ -63,6 +63,11 @@ def group_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask:
     cols = torch.arange(L, device=input_ids.device)[None]
     if not torch.equal(attention_mask != 0, cols < lengths[:, None]):
         raise ValueError("attention_mask: the group-shared pass needs right-padded rows (ones from column 0, then zeros)")
+    padded = (loss_mask > 0) & (cols[:, 1:] >= lengths[:, None])  # a target that is not a real token
+    if bool(padded.any()):
+        b, j = (int(v) for v in padded.nonzero()[0])
+        raise ValueError(f"loss_mask: row {b} trains target {j + 1}, a padding position (the row has {int(lengths[b])} "
+                         "real tokens)")
     has = (loss_mask > 0).any(dim=1)
     first = torch.where(has, (loss_mask > 0).to(torch.int64).argmax(dim=1) + 1, torch.zeros_like(lengths))
     ids = input_ids.tolist()

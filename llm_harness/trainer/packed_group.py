@@ -32,18 +32,26 @@ from llm_harness.trainer.packed_forward import MATMUL_ATTENTION_BYTES, layer_qkv
 __all__ = ["packed_group_hidden"]
 
 
+def _attention_mask(allowed: torch.Tensor, rep: int, matmul: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask :func:`_attend` takes, built once per pass from ``allowed [X or 1, Lq, Lk]`` (bool):
+    ``[X or 1, 1, rep * Lq, Lk]`` float32 for the matmul attention (the rep query heads of a kv head stacked),
+    ``[X or 1, 1, Lq, Lk]`` in the queries' dtype for SDPA."""
+    mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+    mask = mask.masked_fill_(~allowed, float("-inf"))[:, None]
+    return mask.repeat(1, 1, rep, 1) if matmul else mask.to(dtype)
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rep: int, scaling: float,
             matmul: bool) -> torch.Tensor:
     """Attention of ``q [X, hq, Lq, d]`` over ``k, v [X, hkv, Lk, d]`` (query head j reads kv head j // rep) with
-    the additive ``mask [X or 1, 1, Lq, Lk]``; ``[X, hq, Lq, d]``. ``matmul``: two matmuls and a float32 softmax
-    with the query heads of a kv head stacked (as ``packed_hidden``), else ``scaled_dot_product_attention``."""
+    the additive ``mask`` of :func:`_attention_mask`; ``[X, hq, Lq, d]``. ``matmul``: two matmuls and a float32
+    softmax with the query heads of a kv head stacked (as ``packed_hidden``), else ``scaled_dot_product_attention``."""
     X, hq, Lq, d = q.shape
     hkv = k.shape[1]
     if not matmul:
         return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1),
-                                              attn_mask=mask.to(q.dtype), scale=scaling)
-    m = mask.repeat(1, 1, rep, 1)  # [X or 1, 1, rep * Lq, Lk]: the rep query heads of a kv head stacked
-    scores = torch.matmul(q.reshape(X, hkv, rep * Lq, d), k.transpose(-1, -2)).mul_(scaling) + m
+                                              attn_mask=mask, scale=scaling)
+    scores = torch.matmul(q.reshape(X, hkv, rep * Lq, d), k.transpose(-1, -2)).mul_(scaling) + mask
     a = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
     return a.reshape(X, hq, Lq, d)
 
@@ -67,10 +75,8 @@ def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
     dev = input_ids.device
     H = int(cfg.hidden_size)
     rows = (groups.group >= 0).nonzero().squeeze(1)  # rows with a trained target
-    emb_w = dec.get_input_embeddings().weight
-    out_dtype = torch.get_autocast_dtype(dev.type) if torch.is_autocast_enabled(dev.type) else emb_w.dtype
-    if rows.numel() == 0:
-        return emb_w.new_zeros((B, L - 1, H), dtype=out_dtype)
+    if rows.numel() == 0:  # as group_shared_hidden: zeros in the weights' dtype
+        return dec.get_input_embeddings().weight.new_zeros((B, L - 1, H))
     hq, hkv = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
     d = int(getattr(cfg, "head_dim", None) or H // hq)
     rep, nq = hq // hkv, hq * d
@@ -99,13 +105,13 @@ def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
         score_bytes = (U * hq * C * C + Bp * hq * R * (C + R)) * 4 * len(dec.layers)
         attention = "matmul" if dev.type == "cpu" and score_bytes <= MATMUL_ATTENTION_BYTES else "sdpa"
     matmul = attention == "matmul"
-    neg = float("-inf")
-    ctx_mask = torch.full((C, C), neg, dtype=torch.float32, device=dev).triu_(1)[None, None]  # [1, 1, C, C]
-    # row b's continuation: its context's columns < c_b, then its own columns causally: [B', 1, R, C + R]
+    causal = torch.ones((C, C), dtype=torch.bool, device=dev).tril_()[None]  # a context: its own columns causally
+    ctx_mask = _attention_mask(causal, rep, matmul, x.dtype)
+    # row b's continuation: its context's columns < c_b, then its own columns causally: [B', R, C + R]
     see_ctx = torch.arange(C, device=dev)[None] < c[:, None]  # [B', C]
     own = torch.ones((R, R), dtype=torch.bool, device=dev).tril_()
     allowed = torch.cat((see_ctx[:, None, :].expand(Bp, R, C), own[None].expand(Bp, R, R)), dim=2)
-    r_mask = torch.zeros(allowed.shape, dtype=torch.float32, device=dev).masked_fill_(~allowed, neg)[:, None]
+    r_mask = _attention_mask(allowed, rep, matmul, x.dtype)
     for layer in dec.layers:
         att = layer.self_attn
         packed, w_gu = layer_qkv(layer, x, cos, sin, hq, hkv, d)  # [N, (heads + 2 kv) * d]

@@ -54,6 +54,63 @@ def test_packed_group_pass_equals_plain_pass(seed: int, attention: str, cfg: dic
         assert float((g1[n] - g0[n]).abs().max()) / scale < 1e-4, n
 
 
+def _rows(rows: list[tuple[list[int], list[int]]]):
+    """Right-padded ``(tokens, trained target-hidden positions)`` rows: ``ids, attention mask, loss mask``."""
+    L = max(len(t) for t, _ in rows)
+    ids = torch.zeros((len(rows), L), dtype=torch.long)
+    att = torch.zeros_like(ids)
+    lm = torch.zeros((len(rows), L - 1))
+    for b, (t, trained) in enumerate(rows):
+        ids[b, : len(t)] = torch.tensor(t)
+        att[b, : len(t)] = 1
+        lm[b, trained] = 1
+    return ids, att, lm
+
+
+def _resp(prompt: list[int], response: list[int]) -> tuple[list[int], list[int]]:
+    return prompt + response, list(range(len(prompt) - 1, len(prompt) + len(response) - 1))
+
+
+P, Q = [3, 4, 5, 6, 7], [3, 4, 20]
+CASES = {
+    # a context that is another's plus a prefix (VSR / PS / PROS restarts), two prefix lengths in one batch
+    "prefix restarts": [_resp(P, [8, 9]), _resp(P + [8, 9], [10, 11, 12]), _resp(P + [8, 9], [13]),
+                        _resp(P + [8], [14, 15, 16, 17])],
+    # row 0 trains nothing, groups interleaved: a group's leader is not the batch's first row
+    "interleaved groups": [(P + [8, 9], []), _resp(Q, [21]), _resp(P, [8, 9, 10]), _resp(Q, [22, 23, 24, 25]),
+                           _resp(P, [11])],
+    "gaps in the loss mask (multi-turn)": [(P + [8, 9, 10, 11, 12, 13], [4, 5, 8, 9]), (P + [14, 15, 16, 17], [4, 7]),
+                                           (Q + [1, 2, 3, 4, 5, 6, 7], [2, 6, 7, 8])],
+    "one-token responses only (no continuation)": [_resp(P, [8]), _resp(P, [9]), _resp(Q, [10])],
+    "one-token contexts": [_resp([3], [8, 9]), _resp([3], [10]), _resp([4], [5, 6, 7])],
+    "contexts 1 and 12 tokens": [_resp([3], [4, 5, 6, 7, 8, 9, 10, 11, 12]), _resp(list(range(3, 15)), [20])],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("cfg", [{}, {"llama": True, "attention_bias": True}])
+def test_cases_equal_the_hf_group_pass_with_gradients(case: str, cfg: dict) -> None:
+    model = _model(11, **cfg)
+    ids, att, lm = _rows(CASES[case])
+    w = torch.randn(*lm.shape, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for name, fn in (("hf", lambda: group_shared_hidden(model, ids, att, lm)),
+                     ("matmul", lambda: packed_group_hidden(model, ids, att, lm, attention="matmul")),
+                     ("sdpa", lambda: packed_group_hidden(model, ids, att, lm, attention="sdpa"))):
+        model.zero_grad(set_to_none=True)
+        h = fn()
+        (h * w).sum().backward()
+        out[name] = (h.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    h0, g0 = out["hf"]
+    for name in ("matmul", "sdpa"):
+        h1, g1 = out[name]
+        assert torch.allclose(h1, h0, rtol=1e-5, atol=1e-5), name
+        assert torch.equal(h1 == 0, h0 == 0), name
+        assert set(g1) == set(g0), name
+        for n in g0:
+            assert float((g1[n] - g0[n]).abs().max()) <= 1e-4 * (float(g0[n].abs().max()) + 1e-12), (name, n)
+
+
 def test_hidden_states_equal_the_hf_group_pass_and_bad_input_is_refused() -> None:
     model = _model(7)
     ids, att, lm = _batch(BATCH)
@@ -70,6 +127,12 @@ def test_hidden_states_equal_the_hf_group_pass_and_bad_input_is_refused() -> Non
         packed_group_hidden(model, ids, torch.flip(att, dims=[1]), lm)
     with pytest.raises(ValueError, match="attention"):
         packed_group_hidden(model, ids, att, lm, attention="flash")
+    bad = lm.clone()
+    bad[1, -1] = 1  # row 1 is shorter than the batch: its last column is padding
+    with pytest.raises(ValueError, match="padding position"):
+        packed_group_hidden(model, ids, att, bad)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # nothing trained: zeros in the weights' dtype, as the HF pass
+        assert packed_group_hidden(model, ids, att, torch.zeros_like(lm)).dtype == torch.float32
     with pytest.raises(ValueError, match="share_prefix"):
         sequence_logprobs(model, ids, att, lm, share_prefix=True, packed=True, group_prompt=True)
 
