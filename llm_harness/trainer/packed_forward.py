@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from llm_harness.backends.static_decode import fused_projections, qwen2_rms_norm, rotate_half
 from llm_harness.backends.static_decode import supports as decode_supports
 
-__all__ = ["MATMUL_ATTENTION_BYTES", "layer_qkv", "layer_rest", "packed_hidden", "right_padded", "rope_tables",
-           "supports"]
+__all__ = ["MATMUL_ATTENTION_BYTES", "additive_mask", "attend", "layer_qkv", "layer_rest", "packed_hidden",
+           "right_padded", "rope_tables", "supports"]
 
 #: most bytes the matmul attention's float32 scores may take over all layers under ``attention="auto"``
 MATMUL_ATTENTION_BYTES = 256 * 2**20
@@ -91,6 +91,30 @@ def layer_rest(layer: Any, x: torch.Tensor, a: torch.Tensor, w_gu: torch.Tensor)
     return x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.mlp.down_proj.weight)
 
 
+def additive_mask(allowed: torch.Tensor, rep: int, matmul: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask :func:`attend` takes, built once per pass from ``allowed [X or 1, Lq, Lk]`` (bool):
+    ``[X or 1, 1, rep * Lq, Lk]`` float32 for the matmul attention (the rep query heads of a kv head stacked),
+    ``[X or 1, 1, Lq, Lk]`` in the queries' dtype for SDPA."""
+    mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+    mask = mask.masked_fill_(~allowed, float("-inf"))[:, None]
+    return mask.repeat(1, 1, rep, 1) if matmul else mask.to(dtype)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rep: int, scaling: float,
+            matmul: bool) -> torch.Tensor:
+    """Attention of ``q [X, hq, Lq, d]`` over ``k, v [X, hkv, Lk, d]`` (query head j reads kv head j // rep) with
+    the additive ``mask`` of :func:`additive_mask`; ``[X, hq, Lq, d]``. ``matmul``: two matmuls and a float32
+    softmax with the query heads of a kv head stacked, else ``scaled_dot_product_attention``."""
+    X, hq, Lq, d = q.shape
+    hkv = k.shape[1]
+    if not matmul:
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1),
+                                              attn_mask=mask, scale=scaling)
+    scores = torch.matmul(q.reshape(X, hkv, rep * Lq, d), k.transpose(-1, -2)).mul_(scaling) + mask
+    a = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
+    return a.reshape(X, hq, Lq, d)
+
+
 def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                   attention: str = "auto") -> torch.Tensor:
     """Final-norm hidden states ``[rows, columns, hidden]`` of the decoder of ``model`` (a Qwen2
@@ -126,18 +150,15 @@ def packed_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
         small = B * hq * L * L * 4 * len(dec.layers) <= MATMUL_ATTENTION_BYTES
         attention = "matmul" if x.device.type == "cpu" and small else "sdpa"
     causal = None
-    if attention == "matmul":  # additive causal mask, the same for the rep query heads of a kv head: [rep * L, L]
-        causal = torch.full((L, L), float("-inf"), dtype=x.dtype, device=x.device).triu_(1).repeat(rep, 1)
+    if attention == "matmul":  # additive causal mask, the same for the rep query heads of a kv head
+        causal = additive_mask(torch.ones((L, L), dtype=torch.bool, device=x.device).tril_()[None], rep, True, x.dtype)
     for layer in dec.layers:
         att = layer.self_attn
         packed, w_gu = layer_qkv(layer, x, cos, sin, hq, hkv, d)
         full = packed.new_zeros((B * L, width)).index_copy(0, idx, packed).view(B, L, hq + 2 * hkv, d).transpose(1, 2)
         k, v = full[:, hq: hq + hkv], full[:, hq + hkv:]
-        if causal is not None:
-            # query heads grouped per kv head (head j reads kv head j // rep, as repeat_kv): [B, kv, rep * L, d]
-            q = full[:, :hq].reshape(B, hkv, rep * L, d)
-            scores = torch.matmul(q, k.transpose(-1, -2)).mul_(att.scaling) + causal  # [B, kv, rep * L, L]
-            a = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)  # = [B, heads, L, d]
+        if causal is not None:  # query heads grouped per kv head (head j reads kv head j // rep, as repeat_kv)
+            a = attend(full[:, :hq], k, v, causal, rep, att.scaling, True)  # [B, heads, L, d]
         else:
             a = F.scaled_dot_product_attention(full[:, :hq], k.repeat_interleave(rep, dim=1),
                                                v.repeat_interleave(rep, dim=1), is_causal=True, scale=att.scaling)

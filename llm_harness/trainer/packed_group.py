@@ -13,8 +13,8 @@ matrix (one matmul per projection for both), and only attention sees a padded la
 
 Row ``b``'s tokens, context lengths ``c_b`` and the returned layout are those of
 :func:`~llm_harness.trainer.group_prompt.group_shared_hidden` (the hidden state of target ``t`` at position
-``t``; zeros where nothing is trained), and the arithmetic is :func:`~llm_harness.trainer.packed_forward.packed_hidden`'s,
-so the result equals both up to float summation order (tests: log-probs and gradients against the plain pass).
+``t``; zeros where nothing is trained), and the arithmetic (layers and attention) is
+:func:`~llm_harness.trainer.packed_forward.packed_hidden`'s, so the result equals both up to float summation order (tests: log-probs and gradients against the plain pass).
 Pad queries are computed and dropped; a real query never reads a pad key (right padding and the masks above).
 """
 
@@ -23,37 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from llm_harness.backends.static_decode import qwen2_rms_norm
 from llm_harness.trainer.group_prompt import group_rows
-from llm_harness.trainer.packed_forward import MATMUL_ATTENTION_BYTES, layer_qkv, layer_rest, rope_tables, supports
+from llm_harness.trainer.packed_forward import (MATMUL_ATTENTION_BYTES, additive_mask, attend, layer_qkv, layer_rest,
+                                                rope_tables, supports)
 
 __all__ = ["packed_group_hidden"]
-
-
-def _attention_mask(allowed: torch.Tensor, rep: int, matmul: bool, dtype: torch.dtype) -> torch.Tensor:
-    """The additive mask :func:`_attend` takes, built once per pass from ``allowed [X or 1, Lq, Lk]`` (bool):
-    ``[X or 1, 1, rep * Lq, Lk]`` float32 for the matmul attention (the rep query heads of a kv head stacked),
-    ``[X or 1, 1, Lq, Lk]`` in the queries' dtype for SDPA."""
-    mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
-    mask = mask.masked_fill_(~allowed, float("-inf"))[:, None]
-    return mask.repeat(1, 1, rep, 1) if matmul else mask.to(dtype)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, rep: int, scaling: float,
-            matmul: bool) -> torch.Tensor:
-    """Attention of ``q [X, hq, Lq, d]`` over ``k, v [X, hkv, Lk, d]`` (query head j reads kv head j // rep) with
-    the additive ``mask`` of :func:`_attention_mask`; ``[X, hq, Lq, d]``. ``matmul``: two matmuls and a float32
-    softmax with the query heads of a kv head stacked (as ``packed_hidden``), else ``scaled_dot_product_attention``."""
-    X, hq, Lq, d = q.shape
-    hkv = k.shape[1]
-    if not matmul:
-        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1),
-                                              attn_mask=mask, scale=scaling)
-    scores = torch.matmul(q.reshape(X, hkv, rep * Lq, d), k.transpose(-1, -2)).mul_(scaling) + mask
-    a = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype), v)
-    return a.reshape(X, hq, Lq, d)
 
 
 def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
@@ -106,34 +82,33 @@ def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
         attention = "matmul" if dev.type == "cpu" and score_bytes <= MATMUL_ATTENTION_BYTES else "sdpa"
     matmul = attention == "matmul"
     causal = torch.ones((C, C), dtype=torch.bool, device=dev).tril_()[None]  # a context: its own columns causally
-    ctx_mask = _attention_mask(causal, rep, matmul, x.dtype)
+    ctx_mask = additive_mask(causal, rep, matmul, x.dtype)
     # row b's continuation: its context's columns < c_b, then its own columns causally: [B', R, C + R]
     see_ctx = torch.arange(C, device=dev)[None] < c[:, None]  # [B', C]
     own = torch.ones((R, R), dtype=torch.bool, device=dev).tril_()
     allowed = torch.cat((see_ctx[:, None, :].expand(Bp, R, C), own[None].expand(Bp, R, R)), dim=2)
-    r_mask = _attention_mask(allowed, rep, matmul, x.dtype)
+    r_mask = additive_mask(allowed, rep, matmul, x.dtype)
     for layer in dec.layers:
         att = layer.self_attn
         packed, w_gu = layer_qkv(layer, x, cos, sin, hq, hkv, d)  # [N, (heads + 2 kv) * d]
         cf = packed.new_zeros((U * C, width)).index_copy(0, ctx_idx, packed[:Nc])
         cf = cf.view(U, C, hq + 2 * hkv, d).transpose(1, 2)  # [U, heads, C, d]
         kc, vc = cf[:, hq: hq + hkv], cf[:, hq + hkv:]
-        a = _attend(cf[:, :hq], kc, vc, ctx_mask, rep, att.scaling, matmul)
+        a = attend(cf[:, :hq], kc, vc, ctx_mask, rep, att.scaling, matmul)
         parts = [a.transpose(1, 2).reshape(U * C, nq).index_select(0, ctx_idx)]
         if R > 0:
             rf = packed.new_zeros((Bp * R, width)).index_copy(0, r_idx, packed[Nc:])
             rf = rf.view(Bp, R, hq + 2 * hkv, d).transpose(1, 2)  # [B', heads, R, d]
             k = torch.cat((kc.index_select(0, g), rf[:, hq: hq + hkv]), dim=2)  # [B', kv, C + R, d]
             v = torch.cat((vc.index_select(0, g), rf[:, hq + hkv:]), dim=2)
-            a = _attend(rf[:, :hq], k, v, r_mask, rep, att.scaling, matmul)
+            a = attend(rf[:, :hq], k, v, r_mask, rep, att.scaling, matmul)
             parts.append(a.transpose(1, 2).reshape(Bp * R, nq).index_select(0, r_idx))
         x = layer_rest(layer, x, torch.cat(parts) if len(parts) > 1 else parts[0], w_gu)
     x = qwen2_rms_norm(dec.norm, x)
     out = x.new_zeros((B, L - 1, H))
-    # target c_b - 1 (the first trained one) reads the last context token of row b's group
-    where = torch.full((U * C,), -1, dtype=torch.long, device=dev)
-    where[ctx_idx] = torch.arange(Nc, device=dev)
-    out = out.index_put((rows, c - 1), x.index_select(0, where[g * C + c - 1]))
+    # target c_b - 1 (the first trained one) reads the last context token of row b's group (contexts packed in order)
+    last = ctx_len.cumsum(0) - 1
+    out = out.index_put((rows, c - 1), x.index_select(0, last.index_select(0, g)))
     if R == 0:
         return out
     # continuation column j of row b is absolute position c_b + j: the hidden of target c_b + j (< L - 1)

@@ -170,16 +170,19 @@ def test_with_share_prefix_sampling_shares_and_the_loss_pass_packs(tmp_path, mon
     assert any(r["optimizer_steps"] > 0 for r in rows) and len(calls) > 0
 
 
-def test_training_with_the_packed_forward_logs_the_same_metrics(tmp_path):
-    """Three GRPO steps on a random tiny Qwen2 with and without ``run.packed_forward``: the same samples in step 1,
-    and every metric of the three steps equal up to float rounding (the updates differ in the last bits)."""
+@pytest.mark.parametrize("group_prompt", [False, True])  # True: with run.group_prompt_once (trainer.packed_group)
+def test_training_with_the_packed_forward_logs_the_same_metrics(tmp_path, group_prompt):
+    """Three GRPO steps on a random tiny Qwen2 with and without ``run.packed_forward`` (and, parametrized, with
+    ``run.group_prompt_once`` beside it): the same samples in step 1, and every metric of the three steps equal up
+    to float rounding (the updates differ in the last bits)."""
     from llm_harness.trainer.runlog import is_timing_key
     from trainer_support import make_trainer, tiny_config
 
     torch.set_num_threads(1)
     rows = {}
     for packed in (False, True):
-        run = replace(tiny_config(str(tmp_path / f"r{packed}")).run, packed_forward=packed)
+        run = replace(tiny_config(str(tmp_path / f"r{packed}")).run, packed_forward=packed,
+                      group_prompt_once=packed and group_prompt)
         tr = make_trainer(str(tmp_path / f"r{packed}"), run=run)
         try:
             rows[packed] = [{k: v for k, v in tr.train_step().items() if not is_timing_key(k)} for _ in range(3)]
