@@ -27,6 +27,7 @@ Python) add to its matmuls.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     from llm_harness.backends.packed_linear import PackCache, packed_linear
     from llm_harness.backends.static_decode import StaticQwen2Decoder, fused_gate_up, fused_qkv, supports
     from llm_harness.models.gguf_import import resolve_model_folder
-    from vsr_util.atomic import write_json, write_text
     from benchmarks.trainer_vs_trl import gemm_rate, model_shapes
+    from vsr_util.atomic import write_json, write_text
     from vsr_util.machine import copy_bandwidth
 
     torch.set_num_threads(a.threads)
@@ -85,30 +86,20 @@ def main(argv: list[str] | None = None) -> int:
                      (fused_gate_up(layer).detach().contiguous(), None),
                      (layer.mlp.down_proj.weight.detach(), None)]
         mats.append((head, None))
-    packed = [packed_linear(w, b, torch.float32) for w, b in mats]
     xs = {w.shape[1]: torch.randn(a.rows, w.shape[1]) for w, _ in mats}
+    # one sweep = each matmul on its input: (input, linear) pairs, plain and on packed weights
+    plain = [(xs[w.shape[1]], functools.partial(F.linear, weight=w, bias=b)) for w, b in mats]
+    packed = [(xs[w.shape[1]], packed_linear(w, b, torch.float32)) for w, b in mats]
     flops = sum(2.0 * a.rows * w.shape[0] * w.shape[1] for w, _ in mats)
     weight_bytes = sum(w.numel() * w.element_size() for w, _ in mats)
-    shapes: dict[tuple[int, int], int] = {}
-    for w, _ in mats:
-        shapes[tuple(w.shape)] = shapes.get(tuple(w.shape), 0) + 1
     model_sh = model_shapes(model)
 
     def reused() -> float:  # seconds per token at trainer_vs_trl's decode limit (unfused shapes, torch.mm, reused)
-        per_token = model_sh.linear_flops_per_token + model_sh.head_flops_per_token
-        return a.rows * per_token / gemm_rate(model_sh, a.rows, a.inner, backward=False)
+        return flops / gemm_rate(model_sh, a.rows, a.inner, backward=False)
 
-    def streamed() -> None:
-        for w, b in mats:
-            F.linear(xs[w.shape[1]], w, b)
-
-    def streamed_packed() -> None:
-        for (w, _), lin in zip(mats, packed):
-            lin(xs[w.shape[1]])
-
-    def streamed_packed_layers() -> None:
-        for (w, _), lin in zip(mats[:-1], packed[:-1]):
-            lin(xs[w.shape[1]])
+    def sweep(lins: list) -> None:
+        for x, lin in lins:
+            lin(x)
 
     # the static decoder over a cache of --context columns (random keys/values: the arithmetic, not the numbers)
     cfg = model.config
@@ -116,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
     cache = DynamicCache()
     for li in range(len(layers)):
-        cache.update(torch.randn(a.rows, n_kv, a.context - 1, head_dim), torch.randn(a.rows, n_kv, a.context - 1, head_dim), li)
+        kv_shape = (a.rows, n_kv, a.context - 1, head_dim)
+        cache.update(torch.randn(kv_shape), torch.randn(kv_shape), li)
     packs = PackCache()
     tok = torch.randint(0, head.shape[0], (a.rows,))
     pos = torch.full((a.rows,), a.context - 1)
@@ -133,15 +125,15 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(ts)
 
     with torch.no_grad():  # warm-up: page the weights in and pack them
-        streamed(), streamed_packed(), decoder_step()
+        sweep(plain), sweep(packed), decoder_step()
         times: dict[str, list[float]] = {k: [] for k in ("reused", "streamed", "streamed_packed",
                                                          "streamed_packed_layers", "decoder_step")}
         loads = [os.getloadavg()[0]]
         for _ in range(a.repeats):  # interleaved: every variant once per repeat
             times["reused"].append(reused())
-            times["streamed"].append(_median_time(streamed, a.sweeps))
-            times["streamed_packed"].append(_median_time(streamed_packed, a.sweeps))
-            times["streamed_packed_layers"].append(_median_time(streamed_packed_layers, a.sweeps))
+            times["streamed"].append(_median_time(lambda: sweep(plain), a.sweeps))
+            times["streamed_packed"].append(_median_time(lambda: sweep(packed), a.sweeps))
+            times["streamed_packed_layers"].append(_median_time(lambda: sweep(packed[:-1]), a.sweeps))  # no head
             times["decoder_step"].append(decoder_step())
             loads.append(os.getloadavg()[0])
     bw_after = copy_bandwidth()
@@ -172,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     for k, row in summary["variants"].items():
         g = f"{row['gflop_s']:.0f}" if "gflop_s" in row else ""
         b = f"{row['weight_gb_s']:.1f}" if "weight_gb_s" in row else ""
-        lines.append(f"| {k} | {1e3 * row['s_per_token']:.1f} [{1e3 * row['min']:.1f}, {1e3 * row['max']:.1f}] | {g} | {b} |")
+        ms = [1e3 * row[q] for q in ("s_per_token", "min", "max")]
+        lines.append(f"| {k} | {ms[0]:.1f} [{ms[1]:.1f}, {ms[2]:.1f}] | {g} | {b} |")
     lines += ["", "| ratio (same repeat) | median [min, max] |", "| --- | --- |"]
     for k, q in ratios.items():
         lines.append(f"| {k} | {q['median']:.2f} [{q['min']:.2f}, {q['max']:.2f}] |")

@@ -14,7 +14,8 @@ matrix (one matmul per projection for both), and only attention sees a padded la
 Row ``b``'s tokens, context lengths ``c_b`` and the returned layout are those of
 :func:`~llm_harness.trainer.group_prompt.group_shared_hidden` (the hidden state of target ``t`` at position
 ``t``; zeros where nothing is trained), and the arithmetic (layers and attention) is
-:func:`~llm_harness.trainer.packed_forward.packed_hidden`'s, so the result equals both up to float summation order (tests: log-probs and gradients against the plain pass).
+:func:`~llm_harness.trainer.packed_forward.packed_hidden`'s, so the result equals both up to float summation order
+(tests: log-probs and gradients against the plain pass).
 Pad queries are computed and dropped; a real query never reads a pad key (right padding and the masks above).
 """
 
