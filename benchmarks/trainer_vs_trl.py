@@ -31,7 +31,10 @@ Design (the issue's "honest benchmark"):
   backward shapes) at the same thread count, float32; ``fraction = limit_s / step_s``. This is a
   GEMM-only roofline: norms, softmax, sampling, Python and framework overhead count as time away
   from the limit, and attention is charged at the GEMM rate (optimistic), so the fraction is an
-  upper bound on how close the step is to the matmul limit, not a hardware FLOP/s fraction.
+  upper bound on how close the step is to the matmul limit, not a hardware FLOP/s fraction. The limit is timed
+  once after all repeats (``limit_fraction``) and, with ``limit_each_repeat``, again right after each repeat at
+  that repeat's shapes (``limit_fraction_adjacent``: each run against the limit timed next to it), because the
+  host's cache-resident matmul rate drifts within a day far more than a step's time does.
 * **Held-out accuracy** (``eval_problems > 0``): avg@``eval_k`` on the validation split after each
   contender's repeat-0 run, with its binomial standard error (equal accuracy is part of the claim).
 
@@ -167,6 +170,10 @@ class TrlBenchConfig:
     """Seed of repeat 0 (repeat r uses seed + r for every contender)."""
     gemm_repeats: int = 20
     """Timings per matmul shape of the limit (the fastest is used)."""
+    limit_each_repeat: bool = True
+    """Also time the GEMM limit right after every repeat, at that repeat's shapes, and report each run's fraction
+    against the limit timed next to it (``limit_fraction_adjacent``): the host's matmul rate drifts within a day
+    far more than a step's time does, so a limit timed once at the end can flatter or sink the fraction."""
     out: str = "runs/bench/trainer_vs_trl.json"
     """JSON of the results (every run, the summary; the config is saved beside it)."""
 
@@ -599,16 +606,48 @@ def _summary(runs: list[dict], cfg: TrlBenchConfig, limit: dict) -> dict:
     for c, rs in by.items():
         if c in TRL_CONTENDERS or not limit:
             continue
-        rates = limit.get("bf16", limit) if c in BF16_CONTENDERS else limit
         for r in rs:
-            pre = r.get("prefill_flops", 0.0)
-            r["limit_s"] = (pre / rates.get("prefill_flops_per_s", rates["decode_flops_per_s"])
-                            + (r["decode_flops"] - pre) / rates["decode_flops_per_s"]
-                            + r["train_flops"] / rates["train_flops_per_s"])
+            r["limit_s"] = limit_seconds(r, limit, bf16=c in BF16_CONTENDERS)
             r["limit_fraction"] = r["limit_s"] / r["s_per_step"]
-        fr = [r["limit_fraction"] for r in rs]
-        s.setdefault("limit_fraction", {})[c] = {"median": statistics.median(fr), "min": min(fr), "max": max(fr)}
+            if r.get("repeat_limit"):  # the limit timed right after this run's repeat
+                r["limit_s_adjacent"] = limit_seconds(r, r["repeat_limit"], bf16=c in BF16_CONTENDERS)
+                r["limit_fraction_adjacent"] = r["limit_s_adjacent"] / r["s_per_step"]
+        for key in ("limit_fraction", "limit_fraction_adjacent"):
+            fr = [r[key] for r in rs if key in r]
+            if fr:
+                s.setdefault(key, {})[c] = {"median": statistics.median(fr), "min": min(fr), "max": max(fr)}
     return s
+
+
+def limit_seconds(r: dict, limit: dict, *, bf16: bool) -> float:
+    """Seconds run ``r``'s FLOPs take at the GEMM rates of ``limit`` (its ``bf16`` rates for a bf16 contender):
+    the prefill at the prefill rate, the rest of decode at the decode rate, training at the training rate."""
+    rates = limit.get("bf16", limit) if bf16 else limit
+    pre = r.get("prefill_flops", 0.0)
+    return (pre / rates.get("prefill_flops_per_s", rates["decode_flops_per_s"])
+            + (r["decode_flops"] - pre) / rates["decode_flops_per_s"]
+            + r["train_flops"] / rates["train_flops_per_s"])
+
+
+def measure_limit(shapes: "ModelShapes", cfg: TrlBenchConfig, ours: list[dict]) -> dict[str, Any]:
+    """The GEMM limit at the shapes of the runs ``ours`` (decode rows; their median prefill and trained tokens,
+    forward + backward): float32 rates, and bf16 rates when a bf16 contender is in ``cfg``."""
+    tokens = max(1, int(round(statistics.median(x["trained_tokens"] for x in ours))))
+    prefill = max(1, int(round(statistics.median(x["prefill_tokens"] for x in ours))))
+    rows = cfg.prompts * cfg.group_size
+    limit: dict[str, Any] = {"threads": cfg.threads, "dtype": "float32", "decode_rows": rows, "train_rows": tokens,
+                             "prefill_rows": prefill}
+    dts = [("float32", torch.float32)] + ([("bf16", torch.bfloat16)] if any(c in BF16_CONTENDERS for c in cfg.contenders)
+                                          else [])
+    for name, dt in dts:
+        rates = {"prefill_flops_per_s": gemm_rate(shapes, prefill, cfg.gemm_repeats, backward=False, dtype=dt),
+                 "decode_flops_per_s": gemm_rate(shapes, rows, cfg.gemm_repeats, backward=False, dtype=dt),
+                 "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True, dtype=dt)}
+        if name == "float32":
+            limit.update(rates)
+        else:
+            limit["bf16"] = {"dtype": "bfloat16", **rates}
+    return limit
 
 
 def run(cfg: TrlBenchConfig) -> int:
@@ -659,24 +698,14 @@ def run(cfg: TrlBenchConfig) -> int:
             runs.append(res)
             print(f"repeat {r} {c:15s} s/step={res['s_per_step']:.4f}  load {la[0]:.2f} -> {res['load_after'][0]:.2f}",
                   file=sys.stderr)
-    # the GEMM limit at the shapes of our step (decode rows; trained tokens, forward + backward)
+        mine = [x for x in runs if x["repeat"] == r and x["contender"] not in TRL_CONTENDERS]
+        if cfg.limit_each_repeat and mine:  # the limit next to this repeat's runs, at their shapes
+            lim_r = measure_limit(shapes, cfg, mine)
+            for x in mine:
+                x["repeat_limit"] = lim_r
+    # the GEMM limit at the shapes of our step over all repeats (decode rows; trained tokens, forward + backward)
     ours = [x for x in runs if x["contender"] not in TRL_CONTENDERS]
-    limit: dict[str, Any] = {}
-    if ours:
-        tokens = max(1, int(round(statistics.median(x["trained_tokens"] for x in ours))))
-        prefill = max(1, int(round(statistics.median(x["prefill_tokens"] for x in ours))))
-        limit = {"threads": cfg.threads, "dtype": "float32", "decode_rows": cfg.prompts * cfg.group_size,
-                 "train_rows": tokens, "prefill_rows": prefill,
-                 "prefill_flops_per_s": gemm_rate(shapes, prefill, cfg.gemm_repeats, backward=False),
-                 "decode_flops_per_s": gemm_rate(shapes, cfg.prompts * cfg.group_size, cfg.gemm_repeats, backward=False),
-                 "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True)}
-        if any(c in BF16_CONTENDERS for c in cfg.contenders):  # the bf16 rates at the same shapes, same run
-            bf = torch.bfloat16
-            limit["bf16"] = {"dtype": "bfloat16",
-                             "prefill_flops_per_s": gemm_rate(shapes, prefill, cfg.gemm_repeats, backward=False, dtype=bf),
-                             "decode_flops_per_s": gemm_rate(shapes, cfg.prompts * cfg.group_size, cfg.gemm_repeats,
-                                                             backward=False, dtype=bf),
-                             "train_flops_per_s": gemm_rate(shapes, tokens, cfg.gemm_repeats, backward=True, dtype=bf)}
+    limit: dict[str, Any] = measure_limit(shapes, cfg, ours) if ours else {}
     summary = _summary(runs, cfg, limit)
     load1 = _load_avg()
     busy = max(load0[0], load1[0], *(x["load_before"][0] for x in runs), *(x["load_after"][0] for x in runs))
@@ -734,6 +763,17 @@ def format_report(res: dict, cfg: TrlBenchConfig) -> str:
                      f"{statistics.median(r['train_flops'] for r in rs) / 1e9:.3f} GFLOP train per step -> limit "
                      f"{statistics.median(r['limit_s'] for r in rs):.4f} s/step; fraction of the limit: median "
                      f"{q['median']:.4f} [min {q['min']:.4f}, max {q['max']:.4f}]")
+    adj = s.get("limit_fraction_adjacent", {})
+    if adj:
+        seen = {}
+        for r in res["runs"]:
+            if r.get("repeat_limit"):
+                seen[r["repeat"]] = r["repeat_limit"]
+        lines.append("GEMM limit timed after each repeat (float32 GFLOP/s, decode / train): " + "  ".join(
+            f"r{k} {v['decode_flops_per_s'] / 1e9:.1f} / {v['train_flops_per_s'] / 1e9:.1f}" for k, v in sorted(seen.items())))
+    for c, q in adj.items():
+        lines.append(f"{c:15s} fraction of the limit timed next to each run: median {q['median']:.4f} "
+                     f"[min {q['min']:.4f}, max {q['max']:.4f}]")
     for r in res["runs"]:
         if "acc" in r:
             lines.append(f"held-out avg@{cfg.eval_k} after {r['contender']} (repeat 0): {r['acc']:.3f} ± {r['acc_se']:.3f}")

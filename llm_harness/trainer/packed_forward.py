@@ -87,8 +87,8 @@ def layer_rest(layer: Any, x: torch.Tensor, a: torch.Tensor, w_gu: torch.Tensor)
     att = layer.self_attn
     x = x + F.linear(a, att.o_proj.weight, att.o_proj.bias)
     gu = F.linear(qwen2_rms_norm(layer.post_attention_layernorm, x), w_gu)
-    inter = gu.shape[-1] // 2
-    return x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.mlp.down_proj.weight)
+    g, u = gu.chunk(2, dim=-1)  # one split (its backward: one cat) rather than two slices (two zero-filled grads)
+    return x + F.linear(F.silu(g) * u, layer.mlp.down_proj.weight)
 
 
 def additive_mask(allowed: torch.Tensor, rep: int, matmul: bool, dtype: torch.dtype) -> torch.Tensor:

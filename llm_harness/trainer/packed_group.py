@@ -21,7 +21,7 @@ Pad queries are computed and dropped; a real query never reads a pad key (right 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -30,16 +30,42 @@ from llm_harness.trainer.group_prompt import group_rows
 from llm_harness.trainer.packed_forward import (MATMUL_ATTENTION_BYTES, additive_mask, attend, layer_qkv, layer_rest,
                                                 rope_tables, supports)
 
-__all__ = ["packed_group_hidden"]
+__all__ = ["group_layer", "packed_group_hidden"]
+
+
+def group_layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx_idx: torch.Tensor,
+                r_idx: torch.Tensor, g: torch.Tensor, ctx_mask: torch.Tensor, r_mask: torch.Tensor, U: int, C: int,
+                Bp: int, R: int, hq: int, hkv: int, d: int, matmul: bool) -> torch.Tensor:
+    """One decoder layer of :func:`packed_group_hidden` on the packed tokens ``x [N, hidden]`` (the first
+    ``len(ctx_idx)`` rows the contexts' real tokens, the rest the continuations'): norm and fused q/k/v with RoPE,
+    the contexts' attention on their padded ``[U, heads, C, d]`` layout, the continuations' on ``[B', heads, R, d]``
+    over their group's context keys and their own, then o-projection, norm and MLP; ``[N, hidden]``."""
+    att = layer.self_attn
+    nq, width, rep, Nc = hq * d, (hq + 2 * hkv) * d, hq // hkv, ctx_idx.shape[0]
+    packed, w_gu = layer_qkv(layer, x, cos, sin, hq, hkv, d)  # [N, (heads + 2 kv) * d]
+    cf = packed.new_zeros((U * C, width)).index_copy(0, ctx_idx, packed[:Nc])
+    cf = cf.view(U, C, hq + 2 * hkv, d).transpose(1, 2)  # [U, heads, C, d]
+    kc, vc = cf[:, hq: hq + hkv], cf[:, hq + hkv:]
+    a = attend(cf[:, :hq], kc, vc, ctx_mask, rep, att.scaling, matmul)
+    parts = [a.transpose(1, 2).reshape(U * C, nq).index_select(0, ctx_idx)]
+    if R > 0:
+        rf = packed.new_zeros((Bp * R, width)).index_copy(0, r_idx, packed[Nc:])
+        rf = rf.view(Bp, R, hq + 2 * hkv, d).transpose(1, 2)  # [B', heads, R, d]
+        k = torch.cat((kc.index_select(0, g), rf[:, hq: hq + hkv]), dim=2)  # [B', kv, C + R, d]
+        v = torch.cat((vc.index_select(0, g), rf[:, hq + hkv:]), dim=2)
+        a = attend(rf[:, :hq], k, v, r_mask, rep, att.scaling, matmul)
+        parts.append(a.transpose(1, 2).reshape(Bp * R, nq).index_select(0, r_idx))
+    return layer_rest(layer, x, torch.cat(parts) if len(parts) > 1 else parts[0], w_gu)
 
 
 def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
-                        *, attention: str = "auto") -> torch.Tensor:
+                        *, attention: str = "auto", layer_fn: Callable[..., torch.Tensor] = group_layer) -> torch.Tensor:
     """Final hidden states ``[B, L - 1, hidden]`` at every trained position (``loss_mask`` 1; zeros elsewhere), each
     context run once and every projection on real tokens only (module doc); autograd through the parameters.
 
     ``attention``: ``matmul``, ``sdpa`` or ``auto`` (matmul on the CPU while the float32 scores autograd keeps
-    over all layers take at most :data:`~llm_harness.trainer.packed_forward.MATMUL_ATTENTION_BYTES`)."""
+    over all layers take at most :data:`~llm_harness.trainer.packed_forward.MATMUL_ATTENTION_BYTES`).
+    ``layer_fn``: the per-layer computation, :func:`group_layer` (a benchmark passes a ``torch.compile`` of it)."""
     why = supports(model)
     if why is not None:
         raise ValueError(f"model: the packed group pass does not support this model ({why})")
@@ -56,8 +82,7 @@ def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
         return dec.get_input_embeddings().weight.new_zeros((B, L - 1, H))
     hq, hkv = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
     d = int(getattr(cfg, "head_dim", None) or H // hq)
-    rep, nq = hq // hkv, hq * d
-    width = (hq + 2 * hkv) * d
+    rep = hq // hkv
     U = groups.n_groups
     ctx_len = groups.first[groups.leader]  # [U]
     C = int(ctx_len.max())
@@ -75,7 +100,7 @@ def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
     r_abs = c[:, None] + r_cols  # absolute position of continuation column j of row b
     r_tok = input_ids[rows[:, None], r_abs.clamp(max=L - 1)].reshape(-1).index_select(0, r_idx)
     r_pos = r_abs.reshape(-1).index_select(0, r_idx)
-    Nc = int(ctx_idx.numel())
+    Nc = int(ctx_idx.numel())  # the first Nc packed tokens are the contexts'
     x = dec.embed_tokens(torch.cat((ctx_tok, r_tok)))  # [N, hidden]
     cos, sin = rope_tables(dec.rotary_emb, torch.cat((ctx_pos, r_pos)), x.dtype)  # [N, 1, d]
     if attention == "auto":  # float32 scores autograd keeps for every layer
@@ -90,21 +115,7 @@ def packed_group_hidden(model: Any, input_ids: torch.Tensor, attention_mask: tor
     allowed = torch.cat((see_ctx[:, None, :].expand(Bp, R, C), own[None].expand(Bp, R, R)), dim=2)
     r_mask = additive_mask(allowed, rep, matmul, x.dtype)
     for layer in dec.layers:
-        att = layer.self_attn
-        packed, w_gu = layer_qkv(layer, x, cos, sin, hq, hkv, d)  # [N, (heads + 2 kv) * d]
-        cf = packed.new_zeros((U * C, width)).index_copy(0, ctx_idx, packed[:Nc])
-        cf = cf.view(U, C, hq + 2 * hkv, d).transpose(1, 2)  # [U, heads, C, d]
-        kc, vc = cf[:, hq: hq + hkv], cf[:, hq + hkv:]
-        a = attend(cf[:, :hq], kc, vc, ctx_mask, rep, att.scaling, matmul)
-        parts = [a.transpose(1, 2).reshape(U * C, nq).index_select(0, ctx_idx)]
-        if R > 0:
-            rf = packed.new_zeros((Bp * R, width)).index_copy(0, r_idx, packed[Nc:])
-            rf = rf.view(Bp, R, hq + 2 * hkv, d).transpose(1, 2)  # [B', heads, R, d]
-            k = torch.cat((kc.index_select(0, g), rf[:, hq: hq + hkv]), dim=2)  # [B', kv, C + R, d]
-            v = torch.cat((vc.index_select(0, g), rf[:, hq + hkv:]), dim=2)
-            a = attend(rf[:, :hq], k, v, r_mask, rep, att.scaling, matmul)
-            parts.append(a.transpose(1, 2).reshape(Bp * R, nq).index_select(0, r_idx))
-        x = layer_rest(layer, x, torch.cat(parts) if len(parts) > 1 else parts[0], w_gu)
+        x = layer_fn(layer, x, cos, sin, ctx_idx, r_idx, g, ctx_mask, r_mask, U, C, Bp, R, hq, hkv, d, matmul)
     x = qwen2_rms_norm(dec.norm, x)
     out = x.new_zeros((B, L - 1, H))
     # target c_b - 1 (the first trained one) reads the last context token of row b's group (contexts packed in order)

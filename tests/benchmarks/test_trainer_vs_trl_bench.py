@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
 
-from benchmarks.trainer_vs_trl import ModelShapes, TrlBenchConfig, model_shapes, run, step_flops
+from benchmarks.trainer_vs_trl import ModelShapes, TrlBenchConfig, limit_seconds, model_shapes, run, step_flops
 
 
 def test_step_flops_match_a_hand_count():
@@ -71,6 +72,22 @@ def test_interleaved_runs_and_summary(tmp_path):
         assert a["gen_new_tokens"] == b["gen_new_tokens"] and a["train_reward"] == b["train_reward"]
     assert res["limit"]["decode_flops_per_s"] > 0 and isinstance(res["loaded_machine"], bool)
     assert out.with_suffix(".config.yaml").is_file()
+    # the limit timed after each repeat: at that repeat's own shapes, every run's fraction against it
+    for r in res["runs"]:
+        lim = r["repeat_limit"]
+        mine = [x for x in res["runs"] if x["repeat"] == r["repeat"]]
+        assert lim["train_rows"] == max(1, int(round(statistics.median(x["trained_tokens"] for x in mine))))
+        assert r["limit_fraction_adjacent"] == pytest.approx(limit_seconds(r, lim, bf16=False) / r["s_per_step"])
+    assert res["runs"][0]["repeat_limit"] is not res["runs"][4]["repeat_limit"]
+    assert set(s["limit_fraction_adjacent"]) == set(order)
+
+
+def test_limit_seconds_charge_each_phase_at_its_rate():
+    r = {"prefill_flops": 2e9, "decode_flops": 5e9, "train_flops": 12e9}
+    lim = {"prefill_flops_per_s": 2e9, "decode_flops_per_s": 1e9, "train_flops_per_s": 4e9,
+           "bf16": {"prefill_flops_per_s": 4e9, "decode_flops_per_s": 3e9, "train_flops_per_s": 12e9}}
+    assert limit_seconds(r, lim, bf16=False) == pytest.approx(1 + 3 + 3)
+    assert limit_seconds(r, lim, bf16=True) == pytest.approx(0.5 + 1 + 1)
 
 
 def test_shared_context_flops_count_the_context_once_per_group():
