@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.decode_limit import median_time
+
 
 def synthetic_batch(vocab: int, groups: int, group_size: int, context: int, response: int, seed: int):
     """``(input_ids, attention_mask, loss_mask)`` of ``groups`` x ``group_size`` right-padded rows: one random
@@ -65,15 +67,6 @@ def _pass(model, batch, w, layer_fn):
     model.zero_grad(set_to_none=True)
     h = packed_group_hidden(model, *batch, attention="matmul", layer_fn=layer_fn)
     (h * w).sum().backward()
-
-
-def _median_time(fn, n: int) -> float:
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = []
     for r in range(a.repeats):
         for name, fn in modes.items():
-            times[name].append(_median_time(lambda: _pass(model, batches[r], ws[r], fn), a.inner))
+            times[name].append(median_time(lambda: _pass(model, batches[r], ws[r], fn), a.inner))
         loads.append(os.getloadavg()[0])
         print(f"repeat {r}: eager {times['eager'][-1]:.3f} s  compiled {times['compiled'][-1]:.3f} s  "
               f"load {loads[-1]:.2f}", file=sys.stderr)

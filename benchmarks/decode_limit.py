@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 
 
-def _median_time(fn, n: int) -> float:
+def median_time(fn, n: int) -> float:
+    """Median seconds of ``n`` calls of ``fn``."""
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -131,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         loads = [os.getloadavg()[0]]
         for _ in range(a.repeats):  # interleaved: every variant once per repeat
             times["reused"].append(reused())
-            times["streamed"].append(_median_time(lambda: sweep(plain), a.sweeps))
-            times["streamed_packed"].append(_median_time(lambda: sweep(packed), a.sweeps))
-            times["streamed_packed_layers"].append(_median_time(lambda: sweep(packed[:-1]), a.sweeps))  # no head
+            times["streamed"].append(median_time(lambda: sweep(plain), a.sweeps))
+            times["streamed_packed"].append(median_time(lambda: sweep(packed), a.sweeps))
+            times["streamed_packed_layers"].append(median_time(lambda: sweep(packed[:-1]), a.sweeps))  # no head
             times["decoder_step"].append(decoder_step())
             loads.append(os.getloadavg()[0])
     bw_after = copy_bandwidth()

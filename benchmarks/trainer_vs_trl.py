@@ -629,7 +629,7 @@ def limit_seconds(r: dict, limit: dict, *, bf16: bool) -> float:
             + r["train_flops"] / rates["train_flops_per_s"])
 
 
-def measure_limit(shapes: "ModelShapes", cfg: TrlBenchConfig, ours: list[dict]) -> dict[str, Any]:
+def measure_limit(shapes: ModelShapes, cfg: TrlBenchConfig, ours: list[dict]) -> dict[str, Any]:
     """The GEMM limit at the shapes of the runs ``ours`` (decode rows; their median prefill and trained tokens,
     forward + backward): float32 rates, and bf16 rates when a bf16 contender is in ``cfg``."""
     tokens = max(1, int(round(statistics.median(x["trained_tokens"] for x in ours))))
